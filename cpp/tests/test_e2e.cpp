@@ -1,0 +1,351 @@
+// End-to-end tests of BeaconKV inside the patched llama.cpp.
+//
+//   test_e2e MODEL.gguf TEST [common llama.cpp flags, e.g. -ctk q8_0 -fa on]
+//
+// TEST: detached_vs_none | budget_covers_all | bounded_cells | query_capture | iswa_global_only
+// Exit 0 = pass; failures print what differed. Driven by tests/e2e.rs (cargo test --features e2e).
+
+#include "arg.h"
+#include "beaconkv.h"
+#include "common.h"
+#include "kv-compress.h"
+#include "llama-kv-plugin.h"
+#include "llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#define CHECK(cond, ...)                                                  \
+    do {                                                                  \
+        if (!(cond)) {                                                    \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                 \
+            fprintf(stderr, "\n");                                        \
+            return false;                                                 \
+        }                                                                 \
+    } while (0)
+
+namespace {
+
+struct env {
+    common_params params;
+    llama_model * model = nullptr;
+    int n_vocab = 0;
+};
+
+struct ctx_deleter {
+    void operator()(llama_context * c) const { llama_free(c); }
+};
+using ctx_ptr = std::unique_ptr<llama_context, ctx_deleter>;
+
+// spec empty: no plugin at all (plain llama.cpp).
+ctx_ptr make_ctx(env & e, const std::string & spec, uint32_t n_ctx,
+                 ggml_backend_sched_eval_callback cb = nullptr, void * cb_data = nullptr) {
+    common_params p = e.params;
+    p.n_ctx = n_ctx;
+    p.kv_compress_spec = spec;
+    llama_context_params cp = common_context_params_to_llama(p);
+    cp.cb_eval = cb;
+    cp.cb_eval_user_data = cb_data;
+    ctx_ptr ctx(llama_init_from_model(e.model, cp));
+    if (ctx && !spec.empty() && !common_kv_compress_attach(ctx.get(), p)) {
+        return nullptr;
+    }
+    return ctx;
+}
+
+bool decode(llama_context * ctx, const llama_token * t, int n) {
+    return llama_decode(ctx, llama_batch_get_one(const_cast<llama_token *>(t), n)) == 0;
+}
+
+int argmax(const float * v, int n) { return (int) (std::max_element(v, v + n) - v); }
+
+std::vector<llama_token> prompt_tokens(env & e, int n) {
+    const std::string text = "The history of the lighthouse keeper begins on a cold morning, when the ships were late. ";
+    std::string s;
+    while ((int) common_tokenize(llama_model_get_vocab(e.model), s, true).size() < n) {
+        s += text;
+    }
+    auto t = common_tokenize(llama_model_get_vocab(e.model), s, true);
+    t.resize(n);
+    return t;
+}
+
+struct cell_list {
+    std::vector<llama_pos> pos;
+    std::vector<uint32_t> cell;
+};
+
+cell_list list_cells(llama_context * ctx, llama_seq_id seq) {
+    cell_list l;
+    const int32_t n = llama_kv_plugin_seq_cells(ctx, seq, nullptr, nullptr, 0, nullptr);
+    l.pos.resize(std::max(n, 0));
+    l.cell.resize(std::max(n, 0));
+    uint32_t stream = 0;
+    llama_kv_plugin_seq_cells(ctx, seq, l.pos.data(), l.cell.data(), n, &stream);
+    return l;
+}
+
+// Greedy generation of n tokens after a prompt; returns the tokens and all logits rows.
+struct gen_result {
+    std::vector<llama_token> tokens;
+    std::vector<std::vector<float>> logits;
+};
+
+bool generate(env & e, llama_context * ctx, const std::vector<llama_token> & prompt, int n, gen_result & out,
+              const std::function<bool(int step)> & after_step = nullptr) {
+    if (!decode(ctx, prompt.data(), (int) prompt.size())) {
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        const float * l = llama_get_logits_ith(ctx, -1);
+        out.logits.emplace_back(l, l + e.n_vocab);
+        llama_token t = argmax(l, e.n_vocab);
+        out.tokens.push_back(t);
+        if (!decode(ctx, &t, 1)) {
+            return false;
+        }
+        if (after_step && !after_step(i)) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// 1. A context with the plugin attached and policy none computes bit-identical logits to a
+//    context without the plugin.
+bool test_detached_vs_none(env & e) {
+    auto prompt = prompt_tokens(e, 48);
+    ctx_ptr plain = make_ctx(e, "", 512);
+    ctx_ptr none = make_ctx(e, "policy=none", 512);
+    CHECK(plain && none, "context creation failed");
+    CHECK(common_kv_compress_get(none.get()) != nullptr, "plugin not attached");
+    gen_result a, b;
+    CHECK(generate(e, plain.get(), prompt, 96, a), "decode failed (plain)");
+    CHECK(generate(e, none.get(), prompt, 96, b), "decode failed (none)");
+    for (size_t i = 0; i < a.logits.size(); i++) {
+        CHECK(std::memcmp(a.logits[i].data(), b.logits[i].data(), sizeof(float) * e.n_vocab) == 0,
+              "logits differ at step %zu", i);
+    }
+    return true;
+}
+
+// 2. A budget that covers the whole run never evicts: output identical to uncompressed.
+bool test_budget_covers_all(env & e) {
+    auto prompt = prompt_tokens(e, 40);
+    ctx_ptr plain = make_ctx(e, "", 1024);
+    ctx_ptr big = make_ctx(e, "policy=beacon,budget=512,min=448", 1024);
+    CHECK(plain && big, "context creation failed");
+    gen_result a, b;
+    CHECK(generate(e, plain.get(), prompt, 200, a), "decode failed (plain)");
+    CHECK(generate(e, big.get(), prompt, 200, b), "decode failed (beacon)");
+    CHECK(a.tokens == b.tokens, "generated tokens differ");
+    for (size_t i = 0; i < a.logits.size(); i++) {
+        CHECK(std::memcmp(a.logits[i].data(), b.logits[i].data(), sizeof(float) * e.n_vocab) == 0,
+              "logits differ at step %zu", i);
+    }
+    beaconkv_stats st{};
+    beaconkv_get_stats(common_kv_compress_get(big.get()), 0, &st);
+    CHECK(st.evicted == 0, "evicted %llu cells below budget", (unsigned long long) st.evicted);
+    return true;
+}
+
+// 3. Budget B, 8*B generated tokens: cells never exceed B, positions run past the physical
+//    cells, evicted positions are really gone from llama.cpp's own cell listing.
+bool test_bounded_cells(env & e, const std::string & policy) {
+    const int budget = 64;
+    const std::string spec = "policy=" + policy + ",budget=64,min=48,window=16,beacons=8,recent=8";
+    auto prompt = prompt_tokens(e, 24);
+    ctx_ptr ctx = make_ctx(e, spec, 8192);
+    CHECK(ctx, "context creation failed");
+    const uint32_t physical = llama_kv_plugin_n_cells(ctx.get());
+    CHECK(physical > 0 && physical < 8192, "physical cells %u not below the logical context", physical);
+    std::set<llama_pos> gone;
+    std::set<llama_pos> present;
+    int32_t max_cells = 0;
+    gen_result g;
+    bool ok = generate(e, ctx.get(), prompt, 8 * budget + 37, g, [&](int) {
+        cell_list l = list_cells(ctx.get(), 0);
+        max_cells = std::max<int32_t>(max_cells, (int32_t) l.pos.size());
+        std::set<llama_pos> now(l.pos.begin(), l.pos.end());
+        for (llama_pos p : present) {
+            if (!now.count(p)) {
+                gone.insert(p);
+            }
+        }
+        for (llama_pos p : now) {
+            if (gone.count(p)) {
+                fprintf(stderr, "evicted position %d reappeared\n", p);
+                return false;
+            }
+        }
+        present = now;
+        return (int32_t) l.pos.size() <= budget;
+    });
+    CHECK(ok, "decode failed or cells exceeded the budget (max seen %d)", max_cells);
+    const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(ctx.get()), 0);
+    CHECK(pos_max >= (llama_pos) physical, "positions (%d) never ran past the physical cells (%u)", pos_max,
+          physical);
+    // Prefix (the prompt) is kept, and so is the newest token.
+    cell_list l = list_cells(ctx.get(), 0);
+    CHECK(!l.pos.empty() && l.pos.back() == pos_max, "newest position missing");
+    if (policy != "random") {
+        for (int p = 0; p < (int) prompt.size(); p++) {
+            CHECK(std::find(l.pos.begin(), l.pos.end(), p) != l.pos.end(), "prompt position %d evicted", p);
+        }
+    }
+    beaconkv_stats st{};
+    beaconkv_get_stats(common_kv_compress_get(ctx.get()), 0, &st);
+    const uint64_t total = prompt.size() + g.tokens.size();
+    CHECK(st.evicted + l.pos.size() == total, "evicted %llu + in use %zu != tokens %llu",
+          (unsigned long long) st.evicted, l.pos.size(), (unsigned long long) total);
+    CHECK(gone.size() == st.evicted, "llama.cpp lost %zu positions, plugin evicted %llu", gone.size(),
+          (unsigned long long) st.evicted);
+    CHECK(st.compress_events > 0, "no compression event");
+    printf("bounded_cells %s: max cells %d, physical %u, pos_max %d, evicted %llu in %llu events\n",
+           policy.c_str(), max_cells, physical, pos_max, (unsigned long long) st.evicted,
+           (unsigned long long) st.compress_events);
+    return true;
+}
+
+// 4. The queries the plugin reads are the attention queries the graph computed.
+struct q_capture {
+    std::map<int, std::vector<float>> q;  // layer -> last "Qcur-<il>" values seen
+    std::map<int, std::vector<int64_t>> ne;
+};
+
+bool capture_cb(struct ggml_tensor * t, bool ask, void * ud) {
+    if (std::strncmp(t->name, "Qcur-", 5) != 0) {
+        return false;
+    }
+    if (ask) {
+        return true;
+    }
+    auto * cap = (q_capture *) ud;
+    const int il = std::atoi(t->name + 5);
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) {
+        return true;
+    }
+    std::vector<float> v(ggml_nelements(t));
+    ggml_backend_tensor_get(t, v.data(), 0, ggml_nbytes(t));
+    cap->q[il] = v;  // the last Qcur node of a layer is the one attention consumes
+    cap->ne[il] = {t->ne[0], t->ne[1], t->ne[2]};
+    return true;
+}
+
+bool test_query_capture(env & e) {
+    q_capture cap;
+    ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=256", 512, capture_cb, &cap);
+    CHECK(ctx, "context creation failed");
+    auto prompt = prompt_tokens(e, 8);
+    CHECK(decode(ctx.get(), prompt.data(), (int) prompt.size()), "decode failed");
+    const int n_layers = llama_kv_plugin_n_layers(ctx.get());
+    CHECK(n_layers > 0, "no layers");
+    double max_diff = 0;
+    for (int i = 0; i < n_layers; i++) {
+        llama_kv_plugin_layer layer{};
+        CHECK(llama_kv_plugin_get_layer(ctx.get(), i, &layer) == 0, "get_layer %d", i);
+        CHECK(cap.q.count(layer.il), "no Qcur captured by the eval callback for layer %d", layer.il);
+        const std::vector<float> & ref = cap.q[layer.il];
+        const int row = layer.n_head * layer.head_dim;
+        CHECK((int) ref.size() == row * (int) prompt.size(), "Qcur size %zu", ref.size());
+        std::vector<float> got(row);
+        for (int tok = 0; tok < (int) prompt.size(); tok++) {
+            uint32_t r = tok;  // n_tokens <= q_capacity: token i sits in row i
+            CHECK(llama_kv_plugin_read_rows(ctx.get(), i, 1, 0, &r, 1, got.data()) == 0, "read_rows");
+            for (int k = 0; k < row; k++) {
+                max_diff = std::max(max_diff, (double) std::fabs(got[k] - ref[tok * row + k]));
+            }
+        }
+    }
+    CHECK(max_diff == 0.0, "captured queries differ from the graph's Qcur by %g", max_diff);
+    printf("query_capture: %d layers, exact\n", n_layers);
+    return true;
+}
+
+// 5. iSWA (Gemma 3): only the global layers' cache is compressed; output stays close to the
+//    uncompressed run (teacher-forced top-1 agreement).
+bool test_iswa_global_only(env & e) {
+    const int n_layer = llama_model_n_layer(e.model);
+    ctx_ptr plain = make_ctx(e, "", 2048);
+    ctx_ptr comp = make_ctx(e, "policy=beacon,budget=160,min=128,window=32", 2048);
+    CHECK(plain && comp, "context creation failed");
+    const int n_evictable = llama_kv_plugin_n_layers(comp.get());
+    CHECK(n_evictable > 0 && n_evictable < n_layer, "evictable layers %d of %d: expected only global ones",
+          n_evictable, n_layer);
+    auto prompt = prompt_tokens(e, 32);
+    gen_result ref;
+    CHECK(generate(e, plain.get(), prompt, 400, ref), "decode failed (plain)");
+    // teacher forcing: feed the reference tokens to the compressed context
+    CHECK(decode(comp.get(), prompt.data(), (int) prompt.size()), "decode failed");
+    int agree = 0;
+    for (size_t i = 0; i < ref.tokens.size(); i++) {
+        agree += argmax(llama_get_logits_ith(comp.get(), -1), e.n_vocab) == argmax(ref.logits[i].data(), e.n_vocab);
+        CHECK(decode(comp.get(), &ref.tokens[i], 1), "decode failed at %zu", i);
+        CHECK(list_cells(comp.get(), 0).pos.size() <= 160, "global cells exceed budget");
+    }
+    const double rate = (double) agree / ref.tokens.size();
+    printf("iswa_global_only: %d of %d layers evictable, top-1 agreement %.3f\n", n_evictable, n_layer, rate);
+    CHECK(rate >= 0.6, "agreement %.3f too low", rate);
+    return true;
+}
+
+}  // namespace
+
+int main(int argc, char ** argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
+        return 2;
+    }
+    const std::string model_path = argv[1];
+    const std::string test = argv[2];
+    std::vector<char *> args = {argv[0], (char *) "-m", (char *) model_path.c_str()};
+    for (int i = 3; i < argc; i++) {
+        args.push_back(argv[i]);
+    }
+    env e;
+    if (!common_params_parse((int) args.size(), args.data(), e.params, LLAMA_EXAMPLE_COMPLETION)) {
+        return 2;
+    }
+    e.params.kv_compress_spec.clear();
+    llama_backend_init();
+    llama_log_set([](ggml_log_level level, const char * text, void *) {
+        if (level >= GGML_LOG_LEVEL_WARN) {
+            fputs(text, stderr);
+        }
+    }, nullptr);
+    llama_model_params mp = common_model_params_to_llama(e.params);
+    e.model = llama_model_load_from_file(model_path.c_str(), mp);
+    if (!e.model) {
+        fprintf(stderr, "cannot load %s\n", model_path.c_str());
+        return 2;
+    }
+    e.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(e.model));
+
+    bool ok = false;
+    if (test == "detached_vs_none") {
+        ok = test_detached_vs_none(e);
+    } else if (test == "budget_covers_all") {
+        ok = test_budget_covers_all(e);
+    } else if (test.rfind("bounded_cells", 0) == 0) {
+        const size_t colon = test.find(':');
+        ok = test_bounded_cells(e, colon == std::string::npos ? "beacon" : test.substr(colon + 1));
+    } else if (test == "query_capture") {
+        ok = test_query_capture(e);
+    } else if (test == "iswa_global_only") {
+        ok = test_iswa_global_only(e);
+    } else {
+        fprintf(stderr, "unknown test '%s'\n", test.c_str());
+        return 2;
+    }
+    llama_model_free(e.model);
+    printf("%s %s\n", ok ? "ok" : "FAILED", test.c_str());
+    return ok ? 0 : 1;
+}

@@ -1,0 +1,61 @@
+//! End-to-end tests inside the patched llama.cpp (cpp/tests/test_e2e.cpp does the work; each
+//! test here runs one of its cases). `cargo test --features e2e` after `make build`.
+#![cfg(feature = "e2e")]
+
+mod common_e2e;
+
+use common_e2e::*;
+use std::process::Command;
+
+fn e2e(model: &std::path::Path, test: &str, flags: &[&str]) -> String {
+    let mut cmd = Command::new(tool("test_e2e"));
+    cmd.arg(model).arg(test).args(["-t", "2"]).args(flags);
+    run_ok(&mut cmd)
+}
+
+#[test]
+fn detached_and_none_give_identical_logits() {
+    e2e(&tiny_model(), "detached_vs_none", &[]);
+}
+
+#[test]
+fn budget_above_length_gives_identical_output() {
+    e2e(&tiny_model(), "budget_covers_all", &[]);
+}
+
+#[test]
+fn cells_stay_bounded_for_every_policy() {
+    for policy in ["beacon", "recent", "streaming", "random"] {
+        let out = e2e(&tiny_model(), &format!("bounded_cells:{policy}"), &[]);
+        assert!(out.contains("ok bounded_cells"), "{out}");
+    }
+}
+
+#[test]
+fn captured_queries_equal_the_graph_queries() {
+    e2e(&tiny_model(), "query_capture", &[]);
+}
+
+#[test]
+fn cache_types_and_flash_attention() {
+    let cases: &[&[&str]] = &[
+        &["-fa", "off", "-ctk", "f16"],
+        &["-fa", "on", "-ctk", "f16", "-ctv", "f16"],
+        &["-fa", "off", "-ctk", "bf16"],
+        &["-fa", "on", "-ctk", "bf16", "-ctv", "bf16"],
+        // quantised K is Hadamard-rotated by this llama.cpp (head_dim 64)
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+        &["-fa", "off", "-ctk", "q8_0"],
+    ];
+    for flags in cases {
+        e2e(&tiny_model(), "bounded_cells:beacon", flags);
+        e2e(&tiny_model(), "budget_covers_all", flags);
+    }
+}
+
+#[test]
+#[ignore = "real model (Gemma 3 270M, 253 MB download): `cargo test --features e2e -- --ignored`"]
+fn gemma3_iswa_compresses_only_global_layers() {
+    let out = e2e(&real_model("gemma3"), "iswa_global_only", &[]);
+    assert!(out.contains("ok iswa_global_only"), "{out}");
+}
