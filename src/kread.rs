@@ -6,11 +6,13 @@
 
 use crate::ggml_types::GgmlType;
 use half::f16;
-use half::slice::HalfFloatSliceExt;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
-/// IQ4_NL's non-linear code book (`kvalues_iq4nl` in ggml-common.h).
-const KVALUES_IQ4NL: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+/// IQ4_NL's non-linear code book (`kvalues_iq4nl` in ggml-common.h), pre-widened to f32
+/// (exact: small integers) so the hot loop does a lookup and one multiply.
+const KVALUES_IQ4NL: [f32; 16] = [
+    -127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0, 1.0, 13.0, 25.0, 38.0, 53.0, 69.0,
+    89.0, 113.0,
 ];
 
 /// Values per quantised block.
@@ -75,31 +77,40 @@ pub unsafe fn read_k_row(
     dequantize_row(ty, src, dst);
 }
 
-/// Dot product helper used by scorers (plain f32 loop that LLVM vectorises; 8 accumulators).
+/// Dot product helper used by scorers (plain f32 loop that LLVM vectorises; 16 lanes).
 ///
-/// Eight independent lanes break the add dependency chain so LLVM emits packed SIMD without
-/// needing fast-math; the lane sums are combined pairwise at the end.
+/// Sixteen independent lanes (four SSE / two AVX registers) break the add dependency chain
+/// so LLVM emits packed SIMD that is not latency-bound, without fast-math; lanes are combined
+/// pairwise at the end. Head dims are multiples of 16 in practice; a scalar tail covers the
+/// rest.
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "dot of unequal lengths");
-    let mut acc = [0.0f32; 8];
-    let (ca, ta) = a.split_at(a.len() / 8 * 8);
-    let (cb, tb) = b.split_at(ca.len());
-    for (x, y) in ca.chunks_exact(8).zip(cb.chunks_exact(8)) {
-        for l in 0..8 {
+    let (ca, ta) = a.as_chunks::<LANES>();
+    let (cb, tb) = b.as_chunks::<LANES>();
+    let mut acc = [0.0f32; LANES];
+    for (x, y) in ca.iter().zip(cb) {
+        for l in 0..LANES {
             acc[l] += x[l] * y[l];
         }
     }
-    let mut tail = 0.0f32;
-    for (x, y) in ta.iter().zip(tb) {
-        tail += x * y;
+    let tail: f32 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
+    tree_sum(acc) + tail
+}
+
+/// Accumulator lanes of [`dot`].
+const LANES: usize = 16;
+
+/// Pairwise sum of the accumulator lanes (halving folds, which LLVM keeps in registers).
+#[inline(always)]
+fn tree_sum(mut acc: [f32; LANES]) -> f32 {
+    let mut w = LANES / 2;
+    while w > 0 {
+        for l in 0..w {
+            acc[l] += acc[l + w];
+        }
+        w /= 2;
     }
-    let s4 = [
-        acc[0] + acc[4],
-        acc[1] + acc[5],
-        acc[2] + acc[6],
-        acc[3] + acc[7],
-    ];
-    (s4[0] + s4[2]) + (s4[1] + s4[3]) + tail
+    acc[0]
 }
 
 /// F32 rows: a byte copy (the tensor data need not be 4-aligned as a `&[u8]`).
@@ -109,10 +120,18 @@ fn f32_row(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// F16 rows: IEEE half to single is exact, so `half`'s (possibly F16C-accelerated) slice
-/// conversion equals ggml's `GGML_FP16_TO_FP32`. The bytes are copied through a small stack
-/// buffer because `src` may be unaligned.
+/// F16 rows: IEEE half to single is exact, so `half`'s (F16C-accelerated where the CPU has
+/// it) slice conversion equals ggml's `GGML_FP16_TO_FP32`. ggml rows are 2-aligned, so the
+/// bytes are viewed in place; an odd address falls back to copying through a stack buffer.
 fn f16_row(src: &[u8], dst: &mut [f32]) {
+    // SAFETY: every bit pattern is a valid u16; align_to only splits off misaligned ends.
+    let (head, halves, _) = unsafe { src.align_to::<u16>() };
+    if cfg!(target_endian = "little") && head.is_empty() && halves.len() >= dst.len() {
+        halves[..dst.len()]
+            .reinterpret_cast::<f16>()
+            .convert_to_f32_slice(dst);
+        return;
+    }
     let mut buf = [f16::ZERO; 64];
     for (s, d) in src.chunks(128).zip(dst.chunks_mut(64)) {
         let h = &mut buf[..d.len()];
@@ -130,8 +149,8 @@ fn bf16_row(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// Run a per-block dequantiser over a whole row.
-fn blocks(src: &[u8], dst: &mut [f32], ty: GgmlType, f: fn(&[u8], &mut [f32])) {
+/// Run a per-block dequantiser over a whole row (generic, so each block loop is inlined).
+fn blocks(src: &[u8], dst: &mut [f32], ty: GgmlType, f: impl Fn(&[u8], &mut [f32])) {
     for (b, y) in src
         .chunks_exact(ty.type_size())
         .zip(dst.chunks_exact_mut(QK))
@@ -211,8 +230,8 @@ fn iq4_nl_block(b: &[u8], y: &mut [f32]) {
     let d = half_at(b, 0);
     let (lo, hi) = y.split_at_mut(QK / 2);
     for (j, &q) in b[2..2 + QK / 2].iter().enumerate() {
-        lo[j] = d * KVALUES_IQ4NL[(q & 0x0F) as usize] as f32;
-        hi[j] = d * KVALUES_IQ4NL[(q >> 4) as usize] as f32;
+        lo[j] = d * KVALUES_IQ4NL[(q & 0x0F) as usize];
+        hi[j] = d * KVALUES_IQ4NL[(q >> 4) as usize];
     }
 }
 
@@ -373,6 +392,20 @@ mod tests {
         assert_eq!(out[4], 1.0);
         assert_eq!(out[5], 65504.0);
         assert_eq!(out[6], 2f32.powi(-14));
+    }
+
+    #[test]
+    fn f16_aligned_and_unaligned_paths_agree() {
+        let vals: Vec<u16> = (0..150u16).map(|i| i.wrapping_mul(437) ^ 0x3000).collect();
+        let want: Vec<f32> = vals.iter().map(|&b| f16::from_bits(b).to_f32()).collect();
+        for pad in 0..4 {
+            let mut bytes = vec![0u8; pad];
+            bytes.extend(vals.iter().flat_map(|b| b.to_le_bytes()));
+            let got = deq(GgmlType::F16, &bytes[pad..], vals.len());
+            let gb: Vec<u32> = got.iter().map(|v| v.to_bits()).collect();
+            let wb: Vec<u32> = want.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(gb, wb, "pad {pad}");
+        }
     }
 
     #[test]
