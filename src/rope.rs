@@ -7,6 +7,14 @@
 //! `theta *= theta_scale` product, the YaRN ramp on the pair index, and the YaRN magnitude
 //! correction. Only NORM and NEOX layouts are handled; M-RoPE and vision modes are refused by
 //! [`Rope::mode_from_ggml`] so callers score those captures as they are.
+//!
+//! Fused multiply-adds: ggml-cpu is built with `-mfma` (GGML_FMA, on by default for x86 AVX2
+//! builds; aarch64 always has FMA) and GCC contracts `a*b + c*d` into `fma(a, b, c*d)`. So
+//! the YaRN angle blend, the YaRN magnitude and both rotated outputs are written here as the
+//! same `mul_add`s. This was checked bit for bit against `ggml_rope_ext` from a GGML_FMA=ON
+//! libggml-cpu (9 configurations x 8 positions, 5,760 values, 0 differences; without the
+//! fusing, 880 differed by 1 ulp). A ggml built without FMA (baseline x86-64, MSVC) rounds
+//! twice instead and differs from this by at most an ulp or so per value.
 
 use std::f32::consts::PI;
 
@@ -71,7 +79,8 @@ impl Rope {
         let ms = self.mscale();
         self.for_each_pair(x, pos, |theta, x0, x1| {
             let (c, s) = (theta.cos() * ms, theta.sin() * ms);
-            (x0 * c - x1 * s, x0 * s + x1 * c)
+            // x0*c - x1*s and x0*s + x1*c, fused as GCC fuses them (module docs)
+            (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
         });
     }
 
@@ -128,7 +137,7 @@ impl Rope {
     /// 1 + 0.1 ln(1/freq_scale) when extrapolation mixing is on.
     pub fn mscale(&self) -> f32 {
         if self.ext_factor != 0.0 {
-            self.attn_factor * (1.0 + 0.1 * (1.0 / self.freq_scale).ln())
+            self.attn_factor * 0.1f32.mul_add((1.0 / self.freq_scale).ln(), 1.0)
         } else {
             self.attn_factor
         }
@@ -167,7 +176,7 @@ impl Rope {
             return theta_interp;
         }
         let ramp_mix = yarn_ramp(corr[0], corr[1], i) * self.ext_factor;
-        theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix
+        theta_interp.mul_add(1.0 - ramp_mix, theta_extrap * ramp_mix)
     }
 
     /// Indices of rotated pair `i`: adjacent for NORM, half a rotation block apart for NEOX.
@@ -213,7 +222,8 @@ mod tests {
 
     /// A transcription of ggml's CPU path, loop for loop: the cos/sin cache is filled for all
     /// `ne0` values with the running theta, then `rotate_pairs` walks `i0` in steps of two with
-    /// `ic = i0` (NORM, scale 1) or `ic = i0/2` (NEOX), and the tail is copied.
+    /// `ic = i0` (NORM, scale 1) or `ic = i0/2` (NEOX), and the tail is copied. Products that
+    /// GCC fuses in a GGML_FMA build are written as `mul_add` (see the module docs).
     #[allow(clippy::manual_clamp)] // spelled as ggml's MIN/MAX on purpose
     fn ggml_reference(r: &Rope, src: &[f32], pos: i32) -> Vec<f32> {
         let ne0 = src.len();
@@ -242,8 +252,9 @@ mod tests {
                 let y = ((i0 / 2) as f32 - corr[0]) / f32::max(0.001, corr[1] - corr[0]);
                 let ramp = 1.0 - f32::min(1.0, f32::max(0.0, y));
                 let ramp_mix = ramp * r.ext_factor;
-                th = theta_interp * (1.0 - ramp_mix) + theta_extrap * ramp_mix;
-                mscale *= 1.0f32 + 0.1f32 * (1.0f32 / r.freq_scale).ln();
+                // GCC with -mfma contracts `a*b + c*d` to fma(a, b, c*d)
+                th = theta_interp.mul_add(1.0 - ramp_mix, theta_extrap * ramp_mix);
+                mscale *= 0.1f32.mul_add((1.0f32 / r.freq_scale).ln(), 1.0f32);
             }
             cache[i0] = th.cos() * mscale;
             cache[i0 + 1] = th.sin() * mscale;
@@ -258,8 +269,8 @@ mod tests {
             let ic = i0 / scale;
             let (c, s) = (cache[i0], cache[i0 + 1]);
             let (x0, x1) = (src[ic], src[ic + n_offset]);
-            dst[ic] = x0 * c - x1 * s;
-            dst[ic + n_offset] = x0 * s + x1 * c;
+            dst[ic] = x0.mul_add(c, -(x1 * s));
+            dst[ic + n_offset] = x0.mul_add(s, x1 * c);
         }
         dst
     }
