@@ -273,7 +273,7 @@ impl Params {
                 ),
             ));
         }
-        if self.span < 1 || self.span % 2 == 0 {
+        if self.span < 1 || self.span.is_multiple_of(2) {
             return Err(ConfigError::new(
                 "span",
                 format!("{} must be odd and >= 1 (1 = off)", self.span),

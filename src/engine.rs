@@ -133,7 +133,7 @@ impl Engine {
             self.seqs
                 .get(&seq)
                 .map(|s| s.stats.clone())
-                .unwrap_or_else(SeqStats::new)
+                .unwrap_or_default()
         }
     }
 

@@ -195,6 +195,9 @@ impl beaconkv_context {
 }
 
 macro_rules! require {
+    ($($p:expr),+) => {
+        $( if $p.is_null() { return; } )+
+    };
     ($($p:expr),+ => $ret:expr) => {
         $( if $p.is_null() { return $ret; } )+
     };
@@ -443,8 +446,8 @@ pub unsafe extern "C" fn beaconkv_kv_bytes_per_token(desc: *const beaconkv_model
             return 0;
         };
         if dims.iter().any(|&v| v < 0)
-            || d.head_dim_k as usize % tk.block_size() != 0
-            || d.head_dim_v as usize % tv.block_size() != 0
+            || !(d.head_dim_k as usize).is_multiple_of(tk.block_size())
+            || !(d.head_dim_v as usize).is_multiple_of(tv.block_size())
         {
             return 0;
         }
@@ -611,7 +614,7 @@ pub unsafe extern "C" fn beaconkv_seq_removed(
     p0: i32,
     p1: i32,
 ) {
-    require!(ctx => ());
+    require!(ctx);
     hook(&*ctx, |inner| {
         inner.engine.seq_removed(seq, p0, p1);
         Ok(())
@@ -626,7 +629,7 @@ pub unsafe extern "C" fn beaconkv_seq_copied(
     _p0: i32,
     _p1: i32,
 ) {
-    require!(ctx => ());
+    require!(ctx);
     hook(&*ctx, |inner| {
         inner.engine.seq_copied(seq_src, seq_dst);
         Ok(())

@@ -153,7 +153,7 @@ impl LayerDesc {
         let k_type = GgmlType::from_id(raw.k_type)
             .ok_or_else(|| format!("unsupported K type {}", raw.k_type))?;
         let head_dim = raw.head_dim as usize;
-        if head_dim % k_type.block_size() != 0 {
+        if !head_dim.is_multiple_of(k_type.block_size()) {
             return Err(format!(
                 "head_dim {head_dim} is not a multiple of the {} block",
                 k_type.name()

@@ -39,6 +39,7 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
 ///
 /// # Safety
 /// `base` must point to a tensor laid out with the given strides that holds that row.
+#[allow(clippy::too_many_arguments)] // the layout is given by ggml's strides
 pub unsafe fn read_k_row(
     base: *const u8,
     ty: GgmlType,

@@ -1,7 +1,7 @@
 //! Per-sequence counters (`beaconkv_stats`) and their totals.
 
 /// Counters of one sequence.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SeqStats {
     pub cells_in_use: usize,
     pub cells_peak: usize,
@@ -16,12 +16,28 @@ pub struct SeqStats {
     pub ms_evict: f64,
 }
 
+impl Default for SeqStats {
+    /// A sequence that has seen nothing: no position yet (`pos_max == -1`).
+    fn default() -> Self {
+        SeqStats {
+            cells_in_use: 0,
+            cells_peak: 0,
+            prefix_len: 0,
+            pos_max: -1,
+            n_tokens: 0,
+            evicted: 0,
+            compress_events: 0,
+            kv_bytes_saved: 0,
+            ms_capture: 0.0,
+            ms_score: 0.0,
+            ms_evict: 0.0,
+        }
+    }
+}
+
 impl SeqStats {
     pub fn new() -> Self {
-        SeqStats {
-            pos_max: -1,
-            ..Default::default()
-        }
+        Self::default()
     }
 
     /// Totals over sequences: sums, except `pos_max` (largest).

@@ -122,7 +122,7 @@ fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
     };
     let mut middle: Vec<usize> = (4..56).collect();
     middle.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
-    let mut expected: Vec<i32> = (0..4).chain(56..64).map(|p| p as i32).collect();
+    let mut expected: Vec<i32> = (0..4).chain(56..64).collect();
     expected.extend(middle[..36].iter().map(|&c| c as i32));
     expected.sort_unstable();
 
@@ -164,20 +164,20 @@ fn planted_survive(spec: &str) -> bool {
         engine.before_batch(&mut host, &[0], &[1]).unwrap();
         let cell = host.place(0, p);
         for l in &mut host.layers {
-            for i in 0..D {
+            for (i, (k, &ui)) in l.k[cell * D..(cell + 1) * D].iter_mut().zip(&u).enumerate() {
                 let noise = 0.3 * rng.next();
                 let v = if planted.contains(&p) {
-                    4.0 * u[i]
+                    4.0 * ui
                 } else if i == 0 {
                     0.0
                 } else {
                     noise
                 };
-                l.k[cell * D + i] = f16::from_f32(v);
+                *k = f16::from_f32(v);
             }
-            for h in 0..2 {
-                for i in 0..D {
-                    l.q[h * D + i] = u[i] + 0.1 * rng.next();
+            for q_head in l.q[..2 * D].chunks_exact_mut(D) {
+                for (q, &ui) in q_head.iter_mut().zip(&u) {
+                    *q = ui + 0.1 * rng.next();
                 }
             }
         }
