@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 /// target/<profile>, found from this test executable (target/<profile>/deps/c_abi-*).
 fn profile_dir() -> PathBuf {
@@ -13,21 +14,28 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The static library; `cargo test` builds every crate type of the lib target, but build it
-/// explicitly if a runner did not.
+/// The static library, freshly built. `cargo test` only builds the rlib for its test
+/// executables and leaves a libbeaconkv.a from an earlier build untouched, so build the lib
+/// target (all its crate types) once here; it is a no-op when nothing changed.
 fn static_lib() -> PathBuf {
-    let lib = profile_dir().join("libbeaconkv.a");
-    if !lib.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--lib"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo build --lib");
-        assert!(status.success(), "cargo build --lib failed");
-    }
-    assert!(lib.exists(), "{} not found", lib.display());
-    lib
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = profile_dir();
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let mut cmd = Command::new(cargo);
+            cmd.args(["build", "--lib"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"));
+            if dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let status = cmd.status().expect("run cargo build --lib");
+            assert!(status.success(), "cargo build --lib failed");
+            let lib = dir.join("libbeaconkv.a");
+            assert!(lib.exists(), "{} not found", lib.display());
+            lib
+        })
+        .clone()
 }
 
 #[test]
