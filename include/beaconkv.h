@@ -209,11 +209,19 @@ void beaconkv_context_free(beaconkv_context * ctx);
 /* Copy the effective params of ctx into *out. */
 int32_t beaconkv_context_params(const beaconkv_context * ctx, beaconkv_params * out);
 
+/* (Added in the engine branch.) Re-read the host's layer descriptions, e.g. after the host
+ * reallocated its KV cache or query store. The context also re-reads them by itself whenever
+ * host->n_layers() changes. Query state of every sequence is reset. */
+int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
+
 /* ---- hooks the host calls ------------------------------------------------------------------ */
 
 /* Before a decode call places its tokens: n_new[i] tokens will be added to sequence seq_ids[i].
- * Compresses sequences that would pass their budget. Returns BEACONKV_ERR_NO_ROOM if a sequence
- * cannot make room (the host should then fail the call with a message). */
+ * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
+ * Best effort: it never evicts the protected prefix or the window, so a batch larger than
+ * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host
+ * fails placement with its own message (BEACONKV_ERR_NO_ROOM is reserved, not returned yet).
+ * The first call that brings exactly one token to a sequence ends its prompt phase. */
 int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32_t * seq_ids,
                               const int32_t * n_new);
 

@@ -1,1 +1,497 @@
-//! TODO
+//! Compression settings (`beaconkv_params`), the spec-string parser and its canonical form.
+//!
+//! Spec grammar: comma-separated `key=value` items, whitespace around items tolerated, keys
+//! case-sensitive; a bare item that names a policy means `policy=<name>`. Every error names the
+//! offending key and the allowed range, so a user reading a llama.cpp log can fix the flag.
+
+use std::fmt;
+
+/// Which scorer decides the importance of a cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    None = 0,
+    Beacon = 1,
+    Recent = 2,
+    Streaming = 3,
+    Random = 4,
+}
+
+impl Policy {
+    pub const ALL: [Policy; 5] = [
+        Policy::None,
+        Policy::Beacon,
+        Policy::Recent,
+        Policy::Streaming,
+        Policy::Random,
+    ];
+
+    pub fn from_id(id: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| *p as i32 == id)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::None => "none",
+            Policy::Beacon => "beacon",
+            Policy::Recent => "recent",
+            Policy::Streaming => "streaming",
+            Policy::Random => "random",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// Policies that score cells with captured queries (and so need the query store and K).
+    pub fn uses_queries(self) -> bool {
+        matches!(self, Policy::Beacon | Policy::Recent)
+    }
+}
+
+/// How per-(layer, kv head) scores are folded into one score per cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    Max = 0,
+    ZMean = 1,
+    Rank = 2,
+}
+
+impl Reduce {
+    pub const ALL: [Reduce; 3] = [Reduce::Max, Reduce::ZMean, Reduce::Rank];
+
+    pub fn from_id(id: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| *r as i32 == id)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reduce::Max => "max",
+            Reduce::ZMean => "zmean",
+            Reduce::Rank => "rank",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.name() == name)
+    }
+}
+
+/// Which leading cells are protected from eviction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prefix {
+    /// The whole prompt (known when the first single-token decode arrives).
+    Prompt,
+    /// The first `n` cells.
+    First(usize),
+}
+
+/// Compression settings; mirrors `beaconkv_params`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Params {
+    pub policy: Policy,
+    pub budget: usize,
+    /// Cells left after a compression; 0 = budget * 7 / 8.
+    pub budget_min: usize,
+    pub n_beacons: usize,
+    pub n_recent: usize,
+    pub window: usize,
+    pub prefix: Prefix,
+    pub reduce: Reduce,
+    pub span: usize,
+    pub q_capacity: usize,
+    pub seed: u64,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            policy: Policy::Beacon,
+            budget: 1024,
+            budget_min: 0,
+            n_beacons: 16,
+            n_recent: 16,
+            window: 64,
+            prefix: Prefix::Prompt,
+            reduce: Reduce::Max,
+            span: 1,
+            q_capacity: 64,
+            seed: 42,
+        }
+    }
+}
+
+/// Spec keys, in canonical order.
+pub const KEYS: [&str; 11] = [
+    "policy", "budget", "min", "beacons", "recent", "window", "prefix", "reduce", "span", "qcap",
+    "seed",
+];
+
+/// Largest value an `int32_t` field of `beaconkv_params` can hold.
+const I32_MAX: u64 = i32::MAX as u64;
+
+/// A rejected setting: the key it concerns and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    fn new(key: &str, message: impl Into<String>) -> Self {
+        ConfigError {
+            key: key.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "beaconkv: {}: {}", self.key, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn names<T: Copy>(all: &[T], name: impl Fn(T) -> &'static str) -> String {
+    all.iter().map(|v| name(*v)).collect::<Vec<_>>().join("|")
+}
+
+fn parse_uint(key: &str, value: &str, max: u64) -> Result<u64, ConfigError> {
+    if let Some(rest) = value.strip_prefix('-') {
+        if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(ConfigError::new(
+                key,
+                format!("'{value}' is negative; allowed range 0..={max}"),
+            ));
+        }
+    }
+    match value.parse::<u64>() {
+        Ok(v) if v <= max => Ok(v),
+        Ok(_) => Err(ConfigError::new(
+            key,
+            format!("'{value}' is too large; allowed range 0..={max}"),
+        )),
+        Err(_) => Err(ConfigError::new(
+            key,
+            format!("'{value}' is not an integer; allowed range 0..={max}"),
+        )),
+    }
+}
+
+impl Params {
+    /// Cells left after a compression pass.
+    pub fn effective_min(&self) -> usize {
+        if self.budget_min == 0 {
+            self.budget * 7 / 8
+        } else {
+            self.budget_min
+        }
+    }
+
+    /// The numeric part of the prefix (0 for `Prompt`, whose length is capped at run time).
+    fn numeric_prefix(&self) -> usize {
+        match self.prefix {
+            Prefix::Prompt => 0,
+            Prefix::First(n) => n,
+        }
+    }
+
+    /// Check the rules the parser enforces; the error names the key.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let max = I32_MAX as usize;
+        for (key, v) in [
+            ("budget", self.budget),
+            ("min", self.budget_min),
+            ("beacons", self.n_beacons),
+            ("recent", self.n_recent),
+            ("window", self.window),
+            ("prefix", self.numeric_prefix()),
+            ("span", self.span),
+            ("qcap", self.q_capacity),
+        ] {
+            if v > max {
+                return Err(ConfigError::new(
+                    key,
+                    format!("{v} is too large; allowed range 0..={max}"),
+                ));
+            }
+        }
+        if self.budget < 1 {
+            return Err(ConfigError::new("budget", "must be >= 1"));
+        }
+        match self.policy {
+            Policy::Beacon if self.n_beacons + self.n_recent == 0 => {
+                return Err(ConfigError::new(
+                    "beacons",
+                    "beacons + recent must be >= 1 for policy beacon",
+                ));
+            }
+            Policy::Recent if self.n_recent == 0 => {
+                return Err(ConfigError::new(
+                    "recent",
+                    "must be >= 1 for policy recent (it scores with the recent queries only)",
+                ));
+            }
+            _ => {}
+        }
+        let protected = self.window + self.numeric_prefix();
+        if protected >= self.budget {
+            let key = match self.prefix {
+                Prefix::First(n) if n > 0 => "prefix",
+                _ => "window",
+            };
+            return Err(ConfigError::new(
+                key,
+                format!(
+                    "window + prefix = {protected} must be < budget ({}); allowed range 0..={}",
+                    self.budget,
+                    self.budget - 1
+                ),
+            ));
+        }
+        let min = self.effective_min();
+        if min > self.budget {
+            return Err(ConfigError::new(
+                "min",
+                format!(
+                    "{min} exceeds budget; allowed range {}..={} (0 = budget*7/8)",
+                    protected + 1,
+                    self.budget
+                ),
+            ));
+        }
+        if min < protected + 1 {
+            return Err(ConfigError::new(
+                "min",
+                format!(
+                    "{min} (budget*7/8 when 0) must be >= window + prefix + 1 = {}; allowed range {}..={}",
+                    protected + 1,
+                    protected + 1,
+                    self.budget
+                ),
+            ));
+        }
+        if self.span < 1 || self.span.is_multiple_of(2) {
+            return Err(ConfigError::new(
+                "span",
+                format!("{} must be odd and >= 1 (1 = off)", self.span),
+            ));
+        }
+        if self.q_capacity < 1 {
+            return Err(ConfigError::new("qcap", "must be >= 1"));
+        }
+        Ok(())
+    }
+
+    /// Apply a spec string on top of `self`; on error `self` is unchanged.
+    pub fn apply_spec(&mut self, spec: &str) -> Result<(), ConfigError> {
+        let mut next = self.clone();
+        let mut seen: Vec<&str> = Vec::new();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), v.trim()),
+                None if Policy::from_name(item).is_some() => ("policy", item),
+                None => {
+                    return Err(ConfigError::new(
+                        item,
+                        format!(
+                            "unknown key or policy; valid keys: {}; policies: {}",
+                            KEYS.join(", "),
+                            names(&Policy::ALL, Policy::name)
+                        ),
+                    ))
+                }
+            };
+            let Some(&key) = KEYS.iter().find(|k| **k == key) else {
+                return Err(ConfigError::new(
+                    key,
+                    format!("unknown key; valid keys: {}", KEYS.join(", ")),
+                ));
+            };
+            if seen.contains(&key) {
+                return Err(ConfigError::new(key, "given more than once"));
+            }
+            seen.push(key);
+            next.set(key, value)?;
+        }
+        next.validate()?;
+        *self = next;
+        Ok(())
+    }
+
+    /// Parse a spec on top of the defaults.
+    pub fn parse(spec: &str) -> Result<Params, ConfigError> {
+        let mut p = Params::default();
+        p.apply_spec(spec)?;
+        Ok(p)
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let uint = |max| parse_uint(key, value, max);
+        match key {
+            "policy" => {
+                self.policy = Policy::from_name(value).ok_or_else(|| {
+                    ConfigError::new(
+                        key,
+                        format!(
+                            "'{value}' is not a policy; allowed: {}",
+                            names(&Policy::ALL, Policy::name)
+                        ),
+                    )
+                })?
+            }
+            "reduce" => {
+                self.reduce = Reduce::from_name(value).ok_or_else(|| {
+                    ConfigError::new(
+                        key,
+                        format!(
+                            "'{value}' is not a reduction; allowed: {}",
+                            names(&Reduce::ALL, Reduce::name)
+                        ),
+                    )
+                })?
+            }
+            "prefix" if value == "prompt" => self.prefix = Prefix::Prompt,
+            "prefix" => {
+                self.prefix = Prefix::First(uint(I32_MAX).map_err(|e| ConfigError {
+                    message: format!("{} (or 'prompt')", e.message),
+                    ..e
+                })? as usize)
+            }
+            "budget" => self.budget = uint(I32_MAX)? as usize,
+            "min" => self.budget_min = uint(I32_MAX)? as usize,
+            "beacons" => self.n_beacons = uint(I32_MAX)? as usize,
+            "recent" => self.n_recent = uint(I32_MAX)? as usize,
+            "window" => self.window = uint(I32_MAX)? as usize,
+            "span" => self.span = uint(I32_MAX)? as usize,
+            "qcap" => self.q_capacity = uint(I32_MAX)? as usize,
+            "seed" => self.seed = uint(u64::MAX)?,
+            _ => unreachable!("key list and setter disagree: {key}"),
+        }
+        Ok(())
+    }
+
+    /// Canonical spec string; `Params::parse(&p.to_spec()) == Ok(p)` for every valid `p`.
+    pub fn to_spec(&self) -> String {
+        let prefix = match self.prefix {
+            Prefix::Prompt => "prompt".to_string(),
+            Prefix::First(n) => n.to_string(),
+        };
+        format!(
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={}",
+            self.policy.name(),
+            self.budget,
+            self.budget_min,
+            self.n_beacons,
+            self.n_recent,
+            self.window,
+            prefix,
+            self.reduce.name(),
+            self.span,
+            self.q_capacity,
+            self.seed
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(spec: &str) -> ConfigError {
+        Params::parse(spec).expect_err(spec)
+    }
+
+    fn assert_names(spec: &str, key: &str) {
+        let e = err(spec);
+        assert_eq!(e.key, key, "{spec}: {e}");
+        assert!(e.to_string().contains(key), "{spec}: {e}");
+    }
+
+    #[test]
+    fn defaults_are_the_methods() {
+        let p = Params::default();
+        assert_eq!(p.effective_min(), 896);
+        assert_eq!((p.n_beacons, p.n_recent, p.window), (16, 16, 64));
+        p.validate().unwrap();
+    }
+
+    #[test]
+    fn full_spec_parses() {
+        let p = Params::parse(
+            " policy=recent , budget=512,min=400,beacons=8,recent=4,window=32,prefix=10,reduce=rank,span=3,qcap=16,seed=7",
+        )
+        .unwrap();
+        assert_eq!(p.policy, Policy::Recent);
+        assert_eq!(
+            (p.budget, p.budget_min, p.n_beacons, p.n_recent),
+            (512, 400, 8, 4)
+        );
+        assert_eq!(
+            (p.window, p.prefix, p.reduce),
+            (32, Prefix::First(10), Reduce::Rank)
+        );
+        assert_eq!((p.span, p.q_capacity, p.seed), (3, 16, 7));
+    }
+
+    #[test]
+    fn bare_policy_name_and_empty_spec() {
+        assert_eq!(
+            Params::parse("streaming").unwrap().policy,
+            Policy::Streaming
+        );
+        assert_eq!(Params::parse("").unwrap(), Params::default());
+        assert_eq!(Params::parse(" , ").unwrap(), Params::default());
+    }
+
+    #[test]
+    fn canonical_form_round_trips() {
+        let base = Params::default();
+        assert_eq!(Params::parse(&base.to_spec()).unwrap(), base);
+        let p = Params::parse("random,budget=300,min=250,prefix=4,reduce=zmean,span=5,seed=99")
+            .unwrap();
+        assert_eq!(Params::parse(&p.to_spec()).unwrap(), p);
+    }
+
+    #[test]
+    fn error_paths_name_the_key() {
+        assert_names("budgets=3", "budgets");
+        assert!(err("budgets=3").message.contains("valid keys"));
+        assert_names("beacon,turbo", "turbo");
+        assert_names("policy=fast", "policy");
+        assert_names("reduce=mean", "reduce");
+        assert_names("budget=abc", "budget");
+        assert_names("budget=1.5", "budget");
+        assert_names("budget=-4", "budget");
+        assert!(err("window=-1").message.contains("negative"));
+        assert_names("budget=0", "budget");
+        assert_names("beacons=0,recent=0", "beacons");
+        assert_names("policy=recent,recent=0", "recent");
+        assert_names("budget=100,window=100", "window");
+        assert_names("budget=100,window=50,prefix=50", "prefix");
+        assert_names("budget=100,min=101", "min");
+        assert_names("budget=100,window=40,prefix=20,min=60", "min");
+        assert_names("span=2", "span");
+        assert_names("span=0", "span");
+        assert_names("qcap=0", "qcap");
+        assert_names("budget=10,budget=20", "budget");
+        assert_names("prefix=x", "prefix");
+        assert_names("seed=-1", "seed");
+        assert_names("budget=99999999999", "budget");
+    }
+
+    #[test]
+    fn failed_apply_leaves_params_unchanged() {
+        let mut p = Params::default();
+        assert!(p.apply_spec("budget=512,span=2").is_err());
+        assert_eq!(p, Params::default());
+    }
+
+    #[test]
+    fn beacons_plus_recent_only_matters_for_query_policies() {
+        Params::parse("streaming,beacons=0,recent=0").unwrap();
+        Params::parse("beacon,beacons=0,recent=4").unwrap();
+    }
+}

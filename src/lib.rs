@@ -9,6 +9,7 @@ pub mod ffi;
 pub mod fps;
 pub mod ggml_types;
 pub mod hadamard;
+pub mod host;
 pub mod kread;
 pub mod memory;
 pub mod queries;

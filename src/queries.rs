@@ -1,1 +1,269 @@
-//! TODO
+//! Per-sequence store of pre-RoPE attention queries, per layer and query head.
+//!
+//! Two views are kept, each only when its policy needs it:
+//! - the *continual FPS buffer* of the seed: `n_beacons + n_recent` slots; every new query is
+//!   appended with its position and, when the buffer is full, farthest point sampling over the
+//!   whole buffer keeps `n_beacons` of them as beacons and empties the recent slots. Prompt queries
+//!   stream in the same way, so the first beacons come from the prompt. Beacons carry no position:
+//!   they are rotated to the scoring position. Recent slots keep theirs.
+//! - a *ring* of the last `n_recent` queries with positions, for the `recent` policy.
+//!
+//! Storage is one flat `Vec<f32>` per layer laid out `[head][slot][dim]`, so scoring reads each
+//! head's queries contiguously.
+
+use crate::fps::farthest_point_sampling;
+
+/// Which views a store maintains and how large they are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueryConfig {
+    pub n_beacons: usize,
+    pub n_recent: usize,
+    /// Maintain the continual FPS buffer (policy beacon).
+    pub fps: bool,
+    /// Maintain the ring of the last `n_recent` queries (policy recent).
+    pub ring: bool,
+}
+
+/// Queries of one layer of one sequence.
+#[derive(Clone, Debug)]
+pub struct LayerQueries {
+    n_head: usize,
+    head_dim: usize,
+    n_beacons_target: usize,
+    /// Slots of the FPS buffer. With `n_recent == 0` one slot is added, so new queries can still
+    /// enter and compete for a beacon place.
+    cap: usize,
+    /// Filled slots; slots `0..n_beacons` are beacons, `n_beacons..count` recent queries.
+    count: usize,
+    n_beacons: usize,
+    buf: Vec<f32>,
+    pos: Vec<i32>,
+    ring_cap: usize,
+    ring_len: usize,
+    ring_next: usize,
+    ring_buf: Vec<f32>,
+    ring_pos: Vec<i32>,
+    /// FPS compaction scratch, one head's buffer.
+    scratch: Vec<f32>,
+}
+
+impl LayerQueries {
+    pub fn new(cfg: &QueryConfig, n_head: usize, head_dim: usize) -> Self {
+        let cap = if cfg.fps {
+            cfg.n_beacons + cfg.n_recent.max(1)
+        } else {
+            0
+        };
+        let ring_cap = if cfg.ring { cfg.n_recent } else { 0 };
+        LayerQueries {
+            n_head,
+            head_dim,
+            n_beacons_target: cfg.n_beacons,
+            cap,
+            count: 0,
+            n_beacons: 0,
+            buf: vec![0.0; n_head * cap * head_dim],
+            pos: vec![0; cap],
+            ring_cap,
+            ring_len: 0,
+            ring_next: 0,
+            ring_buf: vec![0.0; n_head * ring_cap * head_dim],
+            ring_pos: vec![0; ring_cap],
+            scratch: vec![0.0; cap * head_dim],
+        }
+    }
+
+    pub fn n_head(&self) -> usize {
+        self.n_head
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+    }
+
+    /// Append the pre-RoPE query of one token (`n_head * head_dim` values) at position `pos`.
+    pub fn push(&mut self, q: &[f32], pos: i32) {
+        let d = self.head_dim;
+        debug_assert_eq!(q.len(), self.n_head * d);
+        if self.cap > 0 {
+            if self.count == self.cap {
+                self.refresh_beacons();
+            }
+            let slot = self.count;
+            for h in 0..self.n_head {
+                let dst = (h * self.cap + slot) * d;
+                self.buf[dst..dst + d].copy_from_slice(&q[h * d..(h + 1) * d]);
+            }
+            self.pos[slot] = pos;
+            self.count += 1;
+        }
+        if self.ring_cap > 0 {
+            let slot = self.ring_next;
+            for h in 0..self.n_head {
+                let dst = (h * self.ring_cap + slot) * d;
+                self.ring_buf[dst..dst + d].copy_from_slice(&q[h * d..(h + 1) * d]);
+            }
+            self.ring_pos[slot] = pos;
+            self.ring_next = (slot + 1) % self.ring_cap;
+            self.ring_len = (self.ring_len + 1).min(self.ring_cap);
+        }
+    }
+
+    /// Continual FPS: keep `n_beacons` representative queries of each head, empty the recent slots.
+    pub fn refresh_beacons(&mut self) {
+        let d = self.head_dim;
+        let keep = self.n_beacons_target.min(self.count);
+        for h in 0..self.n_head {
+            let base = h * self.cap * d;
+            let head = &mut self.buf[base..base + self.count * d];
+            let chosen = farthest_point_sampling(head, self.count, d, keep);
+            for (i, &src) in chosen.iter().enumerate() {
+                self.scratch[i * d..(i + 1) * d].copy_from_slice(&head[src * d..(src + 1) * d]);
+            }
+            head[..keep * d].copy_from_slice(&self.scratch[..keep * d]);
+        }
+        self.count = keep;
+        self.n_beacons = keep;
+    }
+
+    /// Beacon queries of query head `h`, `n * head_dim` values (pre-RoPE, positionless).
+    pub fn beacons(&self, h: usize) -> &[f32] {
+        let base = h * self.cap * self.head_dim;
+        &self.buf[base..base + self.n_beacons * self.head_dim]
+    }
+
+    /// Recent queries of the FPS buffer of head `h` and their positions.
+    pub fn recent(&self, h: usize) -> (&[f32], &[i32]) {
+        let d = self.head_dim;
+        let base = h * self.cap * d;
+        (
+            &self.buf[base + self.n_beacons * d..base + self.count * d],
+            &self.pos[self.n_beacons..self.count],
+        )
+    }
+
+    /// The last `n_recent` queries of head `h` (ring order) and their positions.
+    pub fn ring(&self, h: usize) -> (&[f32], &[i32]) {
+        let d = self.head_dim;
+        let base = h * self.ring_cap * d;
+        (
+            &self.ring_buf[base..base + self.ring_len * d],
+            &self.ring_pos[..self.ring_len],
+        )
+    }
+
+    /// Forget positioned queries with `p0 <= pos < p1` (the host removed those tokens).
+    pub fn remove_positions(&mut self, p0: i32, p1: i32) {
+        let d = self.head_dim;
+        let gone = |p: i32| p >= p0 && p < p1;
+        // FPS buffer: compact the recent slots, same order in every head.
+        let mut w = self.n_beacons;
+        for r in self.n_beacons..self.count {
+            if gone(self.pos[r]) {
+                continue;
+            }
+            if w != r {
+                self.pos[w] = self.pos[r];
+                for h in 0..self.n_head {
+                    let base = h * self.cap * d;
+                    self.buf
+                        .copy_within(base + r * d..base + (r + 1) * d, base + w * d);
+                }
+            }
+            w += 1;
+        }
+        self.count = w;
+        // Ring: rebuild oldest-first without the removed entries.
+        if self.ring_len > 0 {
+            let start = (self.ring_next + self.ring_cap - self.ring_len) % self.ring_cap;
+            let order: Vec<usize> = (0..self.ring_len)
+                .map(|i| (start + i) % self.ring_cap)
+                .filter(|&s| !gone(self.ring_pos[s]))
+                .collect();
+            let old_buf = self.ring_buf.clone();
+            let old_pos = self.ring_pos.clone();
+            for (w, &s) in order.iter().enumerate() {
+                self.ring_pos[w] = old_pos[s];
+                for h in 0..self.n_head {
+                    let base = h * self.ring_cap * d;
+                    self.ring_buf[base + w * d..base + (w + 1) * d]
+                        .copy_from_slice(&old_buf[base + s * d..base + (s + 1) * d]);
+                }
+            }
+            self.ring_len = order.len();
+            self.ring_next = order.len() % self.ring_cap;
+        }
+    }
+}
+
+/// Queries of one sequence: one `LayerQueries` per scored layer of the engine.
+#[derive(Clone, Debug, Default)]
+pub struct SeqQueries {
+    pub layers: Vec<LayerQueries>,
+}
+
+impl SeqQueries {
+    pub fn remove_positions(&mut self, p0: i32, p1: i32) {
+        for l in &mut self.layers {
+            l.remove_positions(p0, p1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(nb: usize, nr: usize) -> QueryConfig {
+        QueryConfig {
+            n_beacons: nb,
+            n_recent: nr,
+            fps: true,
+            ring: true,
+        }
+    }
+
+    fn q(v: f32, n_head: usize, d: usize) -> Vec<f32> {
+        (0..n_head * d).map(|i| v + i as f32 * 0.01).collect()
+    }
+
+    #[test]
+    fn prompt_fills_then_fps_keeps_beacons() {
+        let mut l = LayerQueries::new(&cfg(2, 3), 2, 4);
+        for p in 0..5 {
+            l.push(&q(p as f32, 2, 4), p);
+        }
+        assert_eq!(l.beacons(0).len(), 0);
+        assert_eq!(l.recent(1).1, &[0, 1, 2, 3, 4]);
+        l.push(&q(5.0, 2, 4), 5); // full: FPS keeps 2 beacons, then appends
+        assert_eq!(l.beacons(0).len(), 2 * 4);
+        assert_eq!(l.recent(0).1, &[5]);
+        assert_eq!(l.ring(0).1.len(), 3);
+    }
+
+    #[test]
+    fn zero_recent_still_admits_new_queries() {
+        let mut l = LayerQueries::new(&cfg(2, 0), 1, 2);
+        for p in 0..10 {
+            l.push(&[p as f32, 1.0], p);
+        }
+        assert!(l.beacons(0).len() + l.recent(0).0.len() <= 3 * 2);
+        assert_eq!(l.recent(0).1.last(), Some(&9));
+    }
+
+    #[test]
+    fn remove_positions_drops_recent_and_ring_entries() {
+        let mut l = LayerQueries::new(&cfg(4, 4), 1, 2);
+        for p in 0..6 {
+            l.push(&[p as f32, 1.0], p);
+        }
+        l.remove_positions(3, i32::MAX);
+        assert_eq!(l.recent(0).1, &[0, 1, 2]);
+        assert_eq!(l.recent(0).0, &[0.0, 1.0, 1.0, 1.0, 2.0, 1.0]);
+        let (rq, rp) = l.ring(0);
+        assert_eq!(rp, &[2]);
+        assert_eq!(rq, &[2.0, 1.0]);
+        l.push(&[9.0, 1.0], 9);
+        assert_eq!(l.ring(0).1, &[2, 9]);
+    }
+}

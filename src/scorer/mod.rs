@@ -1,1 +1,98 @@
-//! TODO
+//! Scorers: one importance value per (scored layer, kv head) and cell of one sequence.
+//!
+//! Every policy is a scorer; `reduce` folds the rows into one score per cell and `select` decides
+//! what to evict, so policies differ only here.
+
+mod attention;
+pub mod beacon;
+pub mod none;
+pub mod random;
+pub mod recent;
+pub mod streaming;
+
+use crate::config::Policy;
+use crate::host::{Host, LayerDesc};
+use crate::queries::SeqQueries;
+
+pub use attention::AttentionKernel;
+
+/// What a scorer sees of one sequence during a compression pass.
+pub struct ScoreCtx<'a> {
+    pub seq: i32,
+    pub stream: u32,
+    /// Cells of the sequence, sorted by position, and their positions.
+    pub cells: &'a [u32],
+    pub pos: &'a [i32],
+    /// Scoring position: the sequence's largest position + 1 (where the next query will sit).
+    pub m_pos: i32,
+    /// Scored layers; `queries.layers[i]` belongs to `layers[i]`.
+    pub layers: &'a [LayerDesc],
+    pub queries: &'a SeqQueries,
+    pub seed: u64,
+}
+
+/// Rows of scores, each `n_cols` (= cells) long, stored contiguously and reused between passes.
+#[derive(Debug, Default)]
+pub struct ScoreRows {
+    n_cols: usize,
+    n_rows: usize,
+    data: Vec<f32>,
+}
+
+impl ScoreRows {
+    /// Drop all rows and set the row length.
+    pub fn reset(&mut self, n_cols: usize) {
+        self.n_cols = n_cols;
+        self.n_rows = 0;
+    }
+
+    /// Append `k` zeroed rows and return them as one slice of `k * n_cols`.
+    pub fn add_rows(&mut self, k: usize) -> &mut [f32] {
+        let start = self.n_rows * self.n_cols;
+        let end = start + k * self.n_cols;
+        if self.data.len() < end {
+            self.data.resize(end, 0.0);
+        }
+        self.n_rows += k;
+        let rows = &mut self.data[start..end];
+        rows.fill(0.0);
+        rows
+    }
+
+    pub fn n_rows(&self) -> usize {
+        self.n_rows
+    }
+
+    pub fn n_cols(&self) -> usize {
+        self.n_cols
+    }
+
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.n_cols..(i + 1) * self.n_cols]
+    }
+}
+
+/// Failure of a host callback while scoring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScoreError(pub String);
+
+/// A policy's way of valuing cells.
+pub trait Scorer: Send {
+    fn score(
+        &mut self,
+        ctx: &ScoreCtx,
+        host: &mut dyn Host,
+        rows: &mut ScoreRows,
+    ) -> Result<(), ScoreError>;
+}
+
+/// The scorer of a policy.
+pub fn for_policy(policy: Policy) -> Box<dyn Scorer> {
+    match policy {
+        Policy::None => Box::new(none::NoneScorer),
+        Policy::Beacon => Box::new(beacon::BeaconScorer::default()),
+        Policy::Recent => Box::new(recent::RecentScorer::default()),
+        Policy::Streaming => Box::new(streaming::StreamingScorer),
+        Policy::Random => Box::new(random::RandomScorer),
+    }
+}

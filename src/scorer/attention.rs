@@ -1,0 +1,129 @@
+//! Shared kernel of the query-driven scorers: per layer and kv head, the largest scaled attention
+//! logit any of the group's queries gives each cell.
+//!
+//! Queries are prepared once per pass into one contiguous matrix per layer (rotated to their
+//! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
+//! is then read and dequantised once and dotted against every query of its group.
+
+use super::{ScoreCtx, ScoreError, ScoreRows};
+use crate::hadamard::hadamard_inplace;
+use crate::host::{Host, LayerDesc};
+use crate::kread::{dot, read_k_row};
+use crate::queries::LayerQueries;
+
+/// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
+/// scores with (`m_pos` is the sequence's scoring position).
+pub type QuerySource = fn(&LayerQueries, usize, i32, &mut dyn FnMut(&[f32], i32));
+
+/// Scratch reused across passes so the hot loop never allocates.
+#[derive(Default)]
+pub struct AttentionKernel {
+    /// `[kv head][query of the group][dim]`.
+    queries: Vec<f32>,
+    k_row: Vec<f32>,
+    /// All K rows of a layer when they come from `Host::read_rows`.
+    k_rows: Vec<f32>,
+}
+
+fn max_logit(queries: &[f32], k: &[f32]) -> f32 {
+    queries
+        .chunks_exact(k.len())
+        .fold(f32::NEG_INFINITY, |m, q| m.max(dot(q, k)))
+}
+
+impl AttentionKernel {
+    /// Fill `queries` for one layer; returns the number of queries per kv-head group.
+    fn prepare_queries(
+        &mut self,
+        layer: &LayerDesc,
+        lq: &LayerQueries,
+        m_pos: i32,
+        source: QuerySource,
+    ) -> usize {
+        let d = layer.head_dim;
+        let mut per_head = 0;
+        source(lq, 0, m_pos, &mut |_, _| per_head += 1);
+        self.queries.resize(layer.n_head * per_head * d, 0.0);
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut slot = 0;
+        // Heads of group g are g*gs .. (g+1)*gs, so head-major order is also group-major.
+        for h in 0..layer.n_head {
+            source(lq, h, m_pos, &mut |q, p| {
+                let dst = &mut self.queries[slot * d..(slot + 1) * d];
+                dst.copy_from_slice(q);
+                if let Some(rope) = &layer.rope {
+                    rope.rotate(dst, p);
+                }
+                if layer.hadamard_n > 0 {
+                    hadamard_inplace(dst, layer.hadamard_n);
+                }
+                dst.iter_mut().for_each(|v| *v *= scale);
+                slot += 1;
+            });
+        }
+        debug_assert_eq!(
+            slot,
+            layer.n_head * per_head,
+            "heads disagree on query count"
+        );
+        per_head * layer.group_size()
+    }
+
+    /// Append one row per (layer, kv head) to `rows`; layers without queries add none.
+    pub fn run(
+        &mut self,
+        ctx: &ScoreCtx,
+        host: &mut dyn Host,
+        rows: &mut ScoreRows,
+        source: QuerySource,
+    ) -> Result<(), ScoreError> {
+        let n = ctx.cells.len();
+        for (layer, lq) in ctx.layers.iter().zip(&ctx.queries.layers) {
+            let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            if per_group == 0 {
+                continue;
+            }
+            let d = layer.head_dim;
+            let n_kv = layer.n_head_kv;
+            let group_len = per_group * d;
+            if !layer.k_direct {
+                self.k_rows.resize(n * n_kv * d, 0.0);
+                let rc =
+                    host.read_rows(layer.host_index, 0, ctx.stream, ctx.cells, &mut self.k_rows);
+                if rc < 0 {
+                    return Err(ScoreError(format!(
+                        "read_rows(layer {}, K) failed with {rc}",
+                        layer.host_index
+                    )));
+                }
+            }
+            self.k_row.resize(d, 0.0);
+            let out = rows.add_rows(n_kv);
+            for (c, &cell) in ctx.cells.iter().enumerate() {
+                for g in 0..n_kv {
+                    let k: &[f32] = if layer.k_direct {
+                        // SAFETY: the host described this tensor and listed this cell as in use.
+                        unsafe {
+                            read_k_row(
+                                layer.k_data.0,
+                                layer.k_type,
+                                layer.k_nb1,
+                                layer.k_nb2,
+                                ctx.stream as usize,
+                                cell as usize,
+                                g,
+                                &mut self.k_row,
+                            )
+                        };
+                        &self.k_row
+                    } else {
+                        &self.k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
+                    };
+                    out[g * n + c] =
+                        max_logit(&self.queries[g * group_len..(g + 1) * group_len], k);
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,397 @@
+/* test_capi.c - drives BeaconKV through its C ABI with a fake llama.cpp-like host.
+ *
+ * The host owns a cell table (position + owning sequence per cell), f16 K tensors per layer and an
+ * f32 query store per layer, like the patched llama.cpp does. Every policy runs a 100-token prompt
+ * in chunks and then 2000 single-token decode steps with budget 256, checking the invariants after
+ * each step. Exit status 0 = all checks passed. */
+#include "../../include/beaconkv.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define N_LAYERS 3
+#define N_HEAD 4
+#define N_HEAD_KV 2
+#define HEAD_DIM 16
+#define N_CELLS 4096
+#define Q_ROWS 64
+#define PROMPT 100
+#define STEPS 2000
+#define BUDGET 256
+#define WINDOW 64
+
+static int g_failures = 0;
+#define CHECK(cond, ...)                                                              \
+    do {                                                                              \
+        if (!(cond)) {                                                                \
+            fprintf(stderr, "%s:%d: CHECK(%s) failed: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fprintf(stderr, "\n");                                                    \
+            if (++g_failures > 20) exit(1);                                           \
+        }                                                                             \
+    } while (0)
+
+/* ---- fake host --------------------------------------------------------------------------- */
+
+typedef struct {
+    int32_t  pos[N_CELLS];
+    int32_t  seq[N_CELLS]; /* -1 = free */
+    uint16_t k[N_LAYERS][N_CELLS][N_HEAD_KV * HEAD_DIM];
+    float    q[N_LAYERS][Q_ROWS][N_HEAD * HEAD_DIM];
+    int      n_warn;
+    int      bad_evictions;
+    int      syncs;
+} host_t;
+
+static uint16_t f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    int32_t  exp  = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = (x >> 13) & 0x3ffu;
+    if (exp <= 0) return (uint16_t)sign; /* flush tiny values to zero */
+    if (exp >= 31) return (uint16_t)(sign | 0x7bffu);
+    return (uint16_t)(sign | ((uint32_t)exp << 10) | mant);
+}
+
+static float synth(int layer, int pos, int i) {
+    /* A few "topics" so FPS and scoring see structure. */
+    int topic = (pos / 37) % 5;
+    return 0.5f * sinf(0.37f * (float)(i + 1) * (float)(topic + 1) + 0.1f * (float)layer) +
+           0.05f * cosf(0.01f * (float)pos * (float)(i + 1));
+}
+
+static int32_t h_n_layers(void * user) { (void)user; return N_LAYERS; }
+
+static int32_t h_get_layer(void * user, int32_t i, beaconkv_layer * out) {
+    host_t * h = (host_t *)user;
+    if (i < 0 || i >= N_LAYERS) return -1;
+    memset(out, 0, sizeof(*out));
+    out->il = i;
+    out->head_dim = HEAD_DIM;
+    out->n_head = N_HEAD;
+    out->n_head_kv = N_HEAD_KV;
+    out->k_data = h->k[i];
+    out->k_type = 1; /* F16 */
+    out->k_nb1 = sizeof(h->k[i][0]);
+    out->k_nb2 = sizeof(h->k[i]);
+    out->k_on_host = true;
+    out->q_data = h->q[i];
+    out->q_nb1 = sizeof(h->q[i][0]);
+    out->q_on_host = true;
+    out->rope_n_dims = HEAD_DIM;
+    out->rope_mode = 2; /* NEOX */
+    out->rope_n_ctx_orig = 4096;
+    out->freq_base = 10000.0f;
+    out->freq_scale = 1.0f;
+    out->attn_factor = 1.0f;
+    out->beta_fast = 32.0f;
+    out->beta_slow = 1.0f;
+    out->kv_bytes_per_cell = 2u * N_HEAD_KV * HEAD_DIM * 2u;
+    return 0;
+}
+
+static int32_t h_seq_cells(void * user, int32_t seq, int32_t * pos, uint32_t * cells, int32_t cap,
+                           uint32_t * stream) {
+    host_t * h = (host_t *)user;
+    int32_t n = 0;
+    /* insertion into pos order: cells are reused out of order after evictions */
+    for (uint32_t c = 0; c < N_CELLS; c++) {
+        if (h->seq[c] != seq) continue;
+        if (n < cap) {
+            int32_t j = n;
+            while (j > 0 && pos[j - 1] > h->pos[c]) {
+                pos[j] = pos[j - 1];
+                cells[j] = cells[j - 1];
+                j--;
+            }
+            pos[j] = h->pos[c];
+            cells[j] = c;
+        }
+        n++;
+    }
+    if (stream) *stream = 0;
+    return n;
+}
+
+static int32_t h_seq_evict(void * user, int32_t seq, const uint32_t * cells, int32_t n) {
+    host_t * h = (host_t *)user;
+    int32_t done = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (cells[i] >= N_CELLS || h->seq[cells[i]] != seq) {
+            h->bad_evictions++;
+            continue;
+        }
+        h->seq[cells[i]] = -1;
+        done++;
+    }
+    return done;
+}
+
+static void h_synchronize(void * user) { ((host_t *)user)->syncs++; }
+
+static void h_log(void * user, int32_t level, const char * msg) {
+    if (level >= 2) ((host_t *)user)->n_warn++;
+    fprintf(stderr, "[host log %d] %s\n", level, msg);
+}
+
+static beaconkv_host make_host(host_t * h) {
+    beaconkv_host host;
+    memset(&host, 0, sizeof(host));
+    host.user = h;
+    host.n_layers = h_n_layers;
+    host.get_layer = h_get_layer;
+    host.seq_cells = h_seq_cells;
+    host.seq_evict = h_seq_evict;
+    host.synchronize = h_synchronize;
+    host.read_rows = NULL;
+    host.log = h_log;
+    return host;
+}
+
+static int count_cells(const host_t * h, int32_t seq) {
+    int n = 0;
+    for (int c = 0; c < N_CELLS; c++) n += h->seq[c] == seq;
+    return n;
+}
+
+static int has_pos(const host_t * h, int32_t seq, int32_t p) {
+    for (int c = 0; c < N_CELLS; c++)
+        if (h->seq[c] == seq && h->pos[c] == p) return 1;
+    return 0;
+}
+
+/* Place n tokens of seq at positions p0.., write their K and queries, run the hooks. */
+static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, int32_t n) {
+    CHECK(n <= Q_ROWS, "ubatch too large");
+    CHECK(beaconkv_before_batch(ctx, 1, &seq, &n) == BEACONKV_OK, "before_batch: %s",
+          beaconkv_last_error(ctx));
+    int32_t pos[Q_ROWS], sid[Q_ROWS], qrow[Q_ROWS];
+    int placed = 0;
+    for (int c = 0; c < N_CELLS && placed < n; c++) {
+        if (h->seq[c] != -1) continue;
+        int32_t p = p0 + placed;
+        h->seq[c] = seq;
+        h->pos[c] = p;
+        for (int l = 0; l < N_LAYERS; l++) {
+            for (int i = 0; i < N_HEAD_KV * HEAD_DIM; i++) h->k[l][c][i] = f32_to_f16(synth(l, p, i));
+            for (int i = 0; i < N_HEAD * HEAD_DIM; i++) h->q[l][placed][i] = synth(l, p, i + 3);
+        }
+        pos[placed] = p;
+        sid[placed] = seq;
+        qrow[placed] = placed;
+        placed++;
+    }
+    CHECK(placed == n, "host cache full");
+    CHECK(beaconkv_after_ubatch(ctx, n, pos, sid, qrow) == BEACONKV_OK, "after_ubatch: %s",
+          beaconkv_last_error(ctx));
+    CHECK(beaconkv_after_decode(ctx) == BEACONKV_OK, "after_decode: %s", beaconkv_last_error(ctx));
+}
+
+static void run_policy(const char * spec) {
+    static host_t h;
+    memset(&h, 0, sizeof(h));
+    for (int c = 0; c < N_CELLS; c++) h.seq[c] = -1;
+
+    beaconkv_params params = beaconkv_params_default();
+    char err[256];
+    CHECK(beaconkv_params_parse(spec, &params, err, sizeof(err)) == BEACONKV_OK, "%s: %s", spec, err);
+    beaconkv_host host = make_host(&h);
+    beaconkv_context * ctx = beaconkv_context_new(&params, &host, err, sizeof(err));
+    CHECK(ctx != NULL, "context_new(%s): %s", spec, err);
+    if (!ctx) return;
+    CHECK(beaconkv_is_enabled(ctx), "%s: not enabled", spec);
+    int is_none = params.policy == BEACONKV_POLICY_NONE;
+
+    const int32_t seq = 0;
+    int32_t next = 0;
+    const int32_t chunks[] = {32, 32, 32, 4};
+    for (int i = 0; i < 4; i++) {
+        decode(ctx, &h, seq, next, chunks[i]);
+        next += chunks[i];
+    }
+    CHECK(next == PROMPT, "prompt length");
+
+    for (int step = 0; step < STEPS; step++) {
+        decode(ctx, &h, seq, next, 1);
+        next++;
+        int cells = count_cells(&h, seq);
+        if (!is_none) CHECK(cells <= BUDGET, "%s step %d: %d cells > budget", spec, step, cells);
+        for (int32_t p = 0; p < PROMPT; p++)
+            if (!has_pos(&h, seq, p)) {
+                CHECK(0, "%s step %d: prefix position %d evicted", spec, step, p);
+                break;
+            }
+        for (int32_t p = next - WINDOW; p < next; p++)
+            if (!has_pos(&h, seq, p)) {
+                CHECK(0, "%s step %d: window position %d evicted", spec, step, p);
+                break;
+            }
+        beaconkv_stats st;
+        CHECK(beaconkv_get_stats(ctx, seq, &st) == BEACONKV_OK, "get_stats");
+        CHECK(st.cells_in_use == cells, "%s step %d: stats cells %d vs host %d", spec, step,
+              st.cells_in_use, cells);
+        CHECK(st.evicted == (uint64_t)next - (uint64_t)cells, "%s step %d: evicted %llu vs %d - %d",
+              spec, step, (unsigned long long)st.evicted, next, cells);
+        CHECK(st.n_tokens == (uint64_t)next, "n_tokens");
+        CHECK(st.pos_max == next - 1, "pos_max");
+        if (g_failures) break;
+    }
+
+    beaconkv_stats st, tot;
+    beaconkv_get_stats(ctx, seq, &st);
+    beaconkv_get_stats(ctx, -1, &tot);
+    CHECK(tot.evicted == st.evicted && tot.n_tokens == st.n_tokens, "totals");
+    CHECK(st.prefix_len == PROMPT, "%s: prefix_len %d", spec, st.prefix_len);
+    CHECK(st.disabled == 0, "%s: disabled", spec);
+    if (is_none) {
+        CHECK(st.evicted == 0 && st.compress_events == 0, "none evicted");
+    } else {
+        CHECK(st.compress_events > 0 && st.kv_bytes_saved == st.evicted * N_LAYERS * 2u * N_HEAD_KV * HEAD_DIM * 2u,
+              "%s: events %llu bytes %llu", spec, (unsigned long long)st.compress_events,
+              (unsigned long long)st.kv_bytes_saved);
+        CHECK(st.cells_peak <= BUDGET, "peak %d", st.cells_peak);
+    }
+    CHECK(h.bad_evictions == 0, "%s: %d evictions of cells the sequence did not hold", spec, h.bad_evictions);
+    if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT)
+        CHECK(h.syncs > 0, "synchronize never called");
+    printf("%-60s cells=%d peak=%d evicted=%llu events=%llu ms_capture=%.2f ms_score=%.2f\n", spec,
+           st.cells_in_use, st.cells_peak, (unsigned long long)st.evicted,
+           (unsigned long long)st.compress_events, st.ms_capture, st.ms_score);
+
+    /* fork, then whole removal drops the state */
+    beaconkv_seq_copied(ctx, seq, 1, -1, -1);
+    beaconkv_stats forked;
+    beaconkv_get_stats(ctx, 1, &forked);
+    CHECK(forked.n_tokens == st.n_tokens, "fork inherits state");
+    beaconkv_seq_removed(ctx, 1, -1, -1);
+    beaconkv_get_stats(ctx, 1, &forked);
+    CHECK(forked.n_tokens == 0 && forked.seq == 1, "removed sequence reports zeros");
+    beaconkv_seq_removed(ctx, seq, next - 10, -1); /* partial: state kept */
+    beaconkv_get_stats(ctx, seq, &st);
+    CHECK(st.pos_max == next - 11, "partial removal moves pos_max: %d", st.pos_max);
+    beaconkv_context_free(ctx);
+}
+
+/* ---- configuration and NULL handling ------------------------------------------------------- */
+
+static void test_config(void) {
+    char err[256], buf[256];
+    beaconkv_params p = beaconkv_params_default();
+    CHECK(p.budget == 1024 && p.n_beacons == 16 && p.n_recent == 16 && p.window == 64 && p.prefix == -1,
+          "defaults");
+    CHECK(beaconkv_params_validate(&p, err, sizeof(err)) == BEACONKV_OK, "defaults valid: %s", err);
+
+    const char * bad[][2] = {
+        {"budget=100,window=200", "window"}, {"foo=1", "foo"},       {"span=2", "span"},
+        {"budget=x", "budget"},              {"qcap=0", "qcap"},     {"min=5000", "min"},
+        {"budget=8,budget=9", "budget"},     {"policy=nope", "policy"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        beaconkv_params q = beaconkv_params_default();
+        CHECK(beaconkv_params_parse(bad[i][0], &q, err, sizeof(err)) == BEACONKV_ERR_INVALID, "%s accepted",
+              bad[i][0]);
+        CHECK(strstr(err, bad[i][1]) != NULL, "'%s' -> '%s' does not name %s", bad[i][0], err, bad[i][1]);
+        CHECK(memcmp(&q, &p, sizeof(q)) == 0, "params changed on error");
+    }
+    /* truncation keeps the NUL */
+    char tiny[8];
+    beaconkv_params q = beaconkv_params_default();
+    beaconkv_params_parse("foo=1", &q, tiny, sizeof(tiny));
+    CHECK(strlen(tiny) == 7, "truncated message");
+    CHECK(beaconkv_params_parse("foo=1", &q, NULL, 0) == BEACONKV_ERR_INVALID, "NULL err buffer");
+
+    CHECK(beaconkv_params_parse(" random , budget=300 ,prefix=8,reduce=rank,span=3", &q, err, sizeof(err)) ==
+              BEACONKV_OK, "%s", err);
+    int32_t need = beaconkv_params_format(&q, buf, sizeof(buf));
+    CHECK(need > 0 && (size_t)need == strlen(buf), "format length");
+    beaconkv_params r = beaconkv_params_default();
+    CHECK(beaconkv_params_parse(buf, &r, err, sizeof(err)) == BEACONKV_OK, "%s", err);
+    CHECK(memcmp(&q, &r, sizeof(q)) == 0, "format round trip: %s", buf);
+    CHECK(beaconkv_params_format(&q, buf, 4) == need && strlen(buf) == 3, "format truncation");
+
+    CHECK(strcmp(beaconkv_policy_name(BEACONKV_POLICY_BEACON), "beacon") == 0, "policy name");
+    CHECK(strcmp(beaconkv_policy_name(99), "unknown") == 0, "unknown policy name");
+    CHECK(beaconkv_row_size(1, 64) == 128 && beaconkv_row_size(8, 64) == 68 && beaconkv_row_size(99, 64) == 0,
+          "row sizes");
+    beaconkv_model_desc d = {30, 3, 64, 64, 1, 1};
+    CHECK(beaconkv_kv_bytes_per_token(&d) == 30u * 3u * 2u * 128u, "kv bytes per token");
+    CHECK(strlen(beaconkv_version()) > 0, "version");
+
+    beaconkv_params bad_budget = beaconkv_params_default();
+    bad_budget.budget = 10;
+    host_t * h = calloc(1, sizeof(host_t));
+    beaconkv_host host = make_host(h);
+    CHECK(beaconkv_context_new(&bad_budget, &host, err, sizeof(err)) == NULL, "invalid params accepted");
+    CHECK(strstr(err, "window") != NULL, "context_new error names the key: %s", err);
+    free(h);
+}
+
+static void test_nulls(void) {
+    beaconkv_params p = beaconkv_params_default();
+    char err[64];
+    host_t * h = calloc(1, sizeof(host_t));
+    for (int c = 0; c < N_CELLS; c++) h->seq[c] = -1;
+    beaconkv_host host = make_host(h);
+    beaconkv_context * ctx = beaconkv_context_new(&p, &host, err, sizeof(err));
+    CHECK(ctx != NULL, "context_new: %s", err);
+    int32_t one = 1, zero = 0;
+    beaconkv_stats st;
+
+    CHECK(beaconkv_params_parse(NULL, &p, err, sizeof(err)) == BEACONKV_ERR_NULL, "parse spec");
+    CHECK(beaconkv_params_parse("beacon", NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "parse params");
+    CHECK(beaconkv_params_validate(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "validate");
+    CHECK(beaconkv_params_format(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "format");
+    CHECK(beaconkv_kv_bytes_per_token(NULL) == 0, "kv bytes");
+    CHECK(beaconkv_context_new(NULL, &host, err, sizeof(err)) == NULL, "new params");
+    CHECK(beaconkv_context_new(&p, NULL, NULL, 0) == NULL, "new host");
+    beaconkv_host no_cb = host;
+    no_cb.seq_cells = NULL;
+    CHECK(beaconkv_context_new(&p, &no_cb, err, sizeof(err)) == NULL, "required callback");
+    beaconkv_context_free(NULL);
+    CHECK(beaconkv_context_params(NULL, &p) == BEACONKV_ERR_NULL, "params ctx");
+    CHECK(beaconkv_context_params(ctx, NULL) == BEACONKV_ERR_NULL, "params out");
+    CHECK(beaconkv_refresh_layers(NULL) == BEACONKV_ERR_NULL, "refresh");
+    CHECK(beaconkv_before_batch(NULL, 1, &zero, &one) == BEACONKV_ERR_NULL, "before ctx");
+    CHECK(beaconkv_before_batch(ctx, 1, NULL, &one) == BEACONKV_ERR_NULL, "before ids");
+    CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL) == BEACONKV_ERR_NULL, "before n_new");
+    CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL) == BEACONKV_OK, "empty batch");
+    CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
+    CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, &zero, NULL) == BEACONKV_ERR_NULL, "ubatch q_row");
+    CHECK(beaconkv_after_decode(NULL) == BEACONKV_ERR_NULL, "after_decode");
+    beaconkv_seq_removed(NULL, 0, -1, -1);
+    beaconkv_seq_copied(NULL, 0, 1, -1, -1);
+    CHECK(beaconkv_get_stats(NULL, 0, &st) == BEACONKV_ERR_NULL, "stats ctx");
+    CHECK(beaconkv_get_stats(ctx, 0, NULL) == BEACONKV_ERR_NULL, "stats out");
+    CHECK(beaconkv_is_enabled(NULL) == false, "is_enabled");
+    CHECK(beaconkv_last_error(NULL) != NULL && beaconkv_last_error(NULL)[0] == 0, "last_error");
+    CHECK(beaconkv_last_error(ctx)[0] == 0, "no error yet");
+    CHECK(beaconkv_get_stats(ctx, 42, &st) == BEACONKV_OK && st.seq == 42 && st.n_tokens == 0, "unknown seq");
+    beaconkv_context_free(ctx);
+    free(h);
+}
+
+int main(void) {
+    test_config();
+    test_nulls();
+    const char * specs[] = {
+        "beacon,budget=256",
+        "beacon,budget=256,reduce=zmean,span=3",
+        "beacon,budget=256,reduce=rank",
+        "streaming,budget=256",
+        "recent,budget=256",
+        "random,budget=256,seed=7",
+        "none,budget=256",
+    };
+    for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) run_policy(specs[i]);
+    if (g_failures) {
+        fprintf(stderr, "%d check(s) failed\n", g_failures);
+        return 1;
+    }
+    printf("test_capi: all checks passed\n");
+    return 0;
+}

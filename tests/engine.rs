@@ -1,0 +1,291 @@
+//! Engine behaviour over a Rust fake host: scores against an independent reference, the
+//! read_rows path, planted keys, phases, forks and host errors.
+
+mod common;
+
+use beaconkv::config::Params;
+use beaconkv::engine::{Engine, EngineError};
+use beaconkv::hadamard::hadamard_inplace;
+use beaconkv::rope::{Rope, RopeMode};
+use common::{FakeHost, Lcg};
+use half::f16;
+
+const D: usize = 16;
+
+fn rope() -> Rope {
+    Rope {
+        n_dims: D,
+        mode: RopeMode::Neox,
+        n_ctx_orig: 4096,
+        freq_base: 10000.0,
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        freq_factors: None,
+    }
+}
+
+/// Pre-RoPE K and Q of every token, kept so the test can compute reference scores itself.
+struct Tokens {
+    k_pre: Vec<Vec<f32>>,
+    q_post: Vec<Vec<f32>>,
+}
+
+/// Write token `pos` of seq 0 into the host as llama.cpp would: K rotated by RoPE (then Hadamard
+/// when set), the query captured post-RoPE in row `row`.
+fn write_token(
+    host: &mut FakeHost,
+    rng: &mut Lcg,
+    toks: &mut Tokens,
+    pos: i32,
+    row: usize,
+    hadamard: bool,
+) {
+    let cell = host.place(0, pos);
+    let l = &mut host.layers[0];
+    let (n_head, n_kv) = (l.raw.n_head as usize, l.raw.n_head_kv as usize);
+    let k_pre: Vec<f32> = (0..n_kv * D).map(|_| rng.next()).collect();
+    let mut k = k_pre.clone();
+    for h in k.chunks_exact_mut(D) {
+        rope().rotate(h, pos);
+        if hadamard {
+            hadamard_inplace(h, D);
+        }
+    }
+    for (dst, v) in l.k[cell * n_kv * D..(cell + 1) * n_kv * D]
+        .iter_mut()
+        .zip(&k)
+    {
+        *dst = f16::from_f32(*v);
+    }
+    let mut q: Vec<f32> = (0..n_head * D).map(|_| rng.next()).collect();
+    for h in q.chunks_exact_mut(D) {
+        rope().rotate(h, pos);
+    }
+    l.q[row * n_head * D..(row + 1) * n_head * D].copy_from_slice(&q);
+    toks.k_pre.push(k_pre);
+    toks.q_post.push(q);
+}
+
+fn host_with_rope(via_read_rows: bool, hadamard: bool) -> FakeHost {
+    let mut host = FakeHost::new(1, 4, 2, D, 256, 128);
+    let raw = &mut host.layers[0].raw;
+    raw.rope_n_dims = D as i32;
+    raw.rope_mode = 2;
+    raw.rope_n_ctx_orig = 4096;
+    raw.hadamard_n = if hadamard { D as i32 } else { 0 };
+    host.via_read_rows = via_read_rows;
+    host
+}
+
+/// Recent policy with one recent query: a cell's score is the last query (at its own position)
+/// dotted with the cell's stored K, so the reference needs no RoPE code at all.
+fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
+    let params = Params::parse("recent,recent=1,budget=64,min=48,window=8,prefix=4").unwrap();
+    let mut host = host_with_rope(via_read_rows, hadamard);
+    let mut engine = Engine::new(params, &mut host);
+    let mut rng = Lcg(7);
+    let mut toks = Tokens {
+        k_pre: vec![],
+        q_post: vec![],
+    };
+    engine.before_batch(&mut host, &[0], &[64]).unwrap();
+    for p in 0..64 {
+        write_token(&mut host, &mut rng, &mut toks, p, p as usize, hadamard);
+    }
+    let pos: Vec<i32> = (0..64).collect();
+    engine
+        .after_ubatch(&mut host, &pos, &[0; 64], &pos)
+        .unwrap();
+    engine.after_decode(&mut host).unwrap();
+    assert_eq!(host.positions(0).len(), 64);
+
+    // Reference: max over heads h of group g and kv heads g of q63_h . k_c_g (K as f16 sees it).
+    let last = &toks.q_post[63];
+    let score = |c: usize| -> f32 {
+        let mut best = f32::NEG_INFINITY;
+        for h in 0..4 {
+            let g = h / 2;
+            let mut k = toks.k_pre[c][g * D..(g + 1) * D].to_vec();
+            rope().rotate(&mut k, c as i32);
+            let k: Vec<f32> = k.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+            let dot: f32 = last[h * D..(h + 1) * D]
+                .iter()
+                .zip(&k)
+                .map(|(a, b)| a * b)
+                .sum();
+            best = best.max(dot);
+        }
+        best
+    };
+    let mut middle: Vec<usize> = (4..56).collect();
+    middle.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
+    let mut expected: Vec<i32> = (0..4).chain(56..64).collect();
+    expected.extend(middle[..36].iter().map(|&c| c as i32));
+    expected.sort_unstable();
+
+    engine.before_batch(&mut host, &[0], &[1]).unwrap(); // 64 + 1 > 64: compress to 48
+    assert_eq!(host.positions(0), expected);
+    let st = engine.stats(0);
+    assert_eq!(
+        (st.evicted, st.compress_events, st.cells_in_use),
+        (16, 1, 48)
+    );
+}
+
+#[test]
+fn recent_scores_match_reference_with_rope() {
+    kept_vs_reference(false, false);
+}
+
+#[test]
+fn hadamard_rotated_k_scores_like_plain_k() {
+    kept_vs_reference(false, true);
+}
+
+#[test]
+fn read_rows_path_matches_direct_reads() {
+    kept_vs_reference(true, false);
+}
+
+/// No RoPE: a few keys aligned with every query survive long generation under `beacon`, and are
+/// dropped by `streaming`.
+fn planted_survive(spec: &str) -> bool {
+    let params = Params::parse(spec).unwrap();
+    let mut host = FakeHost::new(2, 2, 1, D, 512, 64);
+    let mut engine = Engine::new(params, &mut host);
+    let mut rng = Lcg(3);
+    let mut u = [0.0f32; D];
+    u[0] = 1.0;
+    let planted = [30, 31, 100];
+    for p in 0..400i32 {
+        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        let cell = host.place(0, p);
+        for l in &mut host.layers {
+            for (i, (k, &ui)) in l.k[cell * D..(cell + 1) * D].iter_mut().zip(&u).enumerate() {
+                let noise = 0.3 * rng.next();
+                let v = if planted.contains(&p) {
+                    4.0 * ui
+                } else if i == 0 {
+                    0.0
+                } else {
+                    noise
+                };
+                *k = f16::from_f32(v);
+            }
+            for q_head in l.q[..2 * D].chunks_exact_mut(D) {
+                for (q, &ui) in q_head.iter_mut().zip(&u) {
+                    *q = ui + 0.1 * rng.next();
+                }
+            }
+        }
+        engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+        assert!(host.positions(0).len() <= 64);
+    }
+    let kept = host.positions(0);
+    planted.iter().all(|p| kept.contains(p))
+}
+
+#[test]
+fn beacon_keeps_planted_keys_streaming_does_not() {
+    let base = "budget=64,min=48,window=8,prefix=4,beacons=4,recent=4";
+    assert!(planted_survive(&format!("beacon,{base}")));
+    assert!(planted_survive(&format!("recent,{base}")));
+    assert!(!planted_survive(&format!("streaming,{base}")));
+}
+
+#[test]
+fn prompt_phase_sets_prefix_and_fork_inherits() {
+    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
+    let mut engine = Engine::new(params, &mut host);
+    for chunk in [(0, 10), (10, 10)] {
+        engine.before_batch(&mut host, &[0], &[chunk.1]).unwrap();
+        let pos: Vec<i32> = (chunk.0..chunk.0 + chunk.1).collect();
+        for &p in &pos {
+            host.place(0, p);
+        }
+        engine
+            .after_ubatch(&mut host, &pos, &vec![0; pos.len()], &vec![-1; pos.len()])
+            .unwrap();
+        engine.after_decode(&mut host).unwrap();
+    }
+    for p in 20..200 {
+        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+    }
+    let kept = host.positions(0);
+    assert!((0..20).all(|p| kept.contains(&p)), "prompt kept");
+    assert_eq!(engine.stats(0).prefix_len, 20);
+    engine.seq_copied(0, 3);
+    assert_eq!(engine.stats(3).n_tokens, 200);
+    engine.seq_removed(-1, -1, -1);
+    assert!(engine.seq_ids().is_empty());
+}
+
+#[test]
+fn prefix_is_capped_with_one_warning() {
+    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
+    let mut engine = Engine::new(params, &mut host);
+    engine.before_batch(&mut host, &[0], &[60]).unwrap();
+    let pos: Vec<i32> = (0..60).collect();
+    for &p in &pos {
+        host.place(0, p);
+    }
+    engine
+        .after_ubatch(&mut host, &pos, &[0; 60], &[-1; 60])
+        .unwrap();
+    for p in 60..100 {
+        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
+    }
+    assert_eq!(engine.stats(0).prefix_len, 40);
+    assert_eq!(host.logs.iter().filter(|m| m.contains("capped")).count(), 1);
+}
+
+#[test]
+fn host_error_disables_compression() {
+    let params = Params::parse("random,budget=16,min=12,window=4,prefix=2").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 64, 8);
+    let mut engine = Engine::new(params, &mut host);
+    host.fail_evict = true;
+    let mut result = Ok(());
+    for p in 0..20 {
+        result = engine.before_batch(&mut host, &[0], &[1]);
+        if result.is_err() {
+            break;
+        }
+        host.place(0, p);
+    }
+    assert!(matches!(result, Err(EngineError::Host(_))));
+    assert!(!engine.is_enabled());
+}
+
+#[test]
+fn unusable_layers_are_skipped_and_warned_once() {
+    let params = Params::parse("beacon,budget=128").unwrap();
+    let mut host = FakeHost::new(2, 2, 1, D, 64, 8);
+    host.layers[0].raw.k_type = 99;
+    host.layers[1].raw.k_on_host = false; // and no read_rows
+    let engine = Engine::new(params, &mut host);
+    assert!(engine.layers().is_empty());
+    assert!(!engine.is_enabled());
+    assert_eq!(
+        host.logs
+            .iter()
+            .filter(|m| m.contains("no layer can be scored"))
+            .count(),
+        1
+    );
+    assert_eq!(
+        host.logs.iter().filter(|m| m.contains("skipped")).count(),
+        2
+    );
+}
