@@ -1,0 +1,216 @@
+//! Runs `beaconkv-eval` once: its stderr lines `progress i/n` drive a progress bar, every other
+//! line (and its stdout) goes to a log file; a failure reports the tail of that log.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One invocation of the tool.
+pub struct EvalJob {
+    pub eval: PathBuf,
+    pub args: Vec<String>,
+    /// Shown before the bar, e.g. "agree" or "agree (GPL-3)".
+    pub label: String,
+    pub log: PathBuf,
+}
+
+/// Parses a `progress i/n` line (tolerating other output glued in front of it).
+pub fn parse_progress(line: &str) -> Option<(u64, u64)> {
+    let idx = line.rfind("progress ")?;
+    if line[..idx].ends_with(|c: char| c.is_alphanumeric()) {
+        return None;
+    }
+    let rest = line[idx + "progress ".len()..].trim();
+    let (done, total) = rest.split_once('/')?;
+    Some((done.parse().ok()?, total.parse().ok()?))
+}
+
+/// The last `n` lines of a file (lossy UTF-8), for error messages.
+pub fn tail_lines(path: &Path, n: usize) -> String {
+    let Ok(bytes) = std::fs::read(path) else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// The command line as a shell would show it (for logs and messages).
+pub fn shell_line(prog: &Path, args: &[String]) -> String {
+    let quote = |s: &str| {
+        if !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c))
+        {
+            s.to_string()
+        } else {
+            format!("'{}'", s.replace('\'', "'\\''"))
+        }
+    };
+    std::iter::once(quote(&prog.to_string_lossy()))
+        .chain(args.iter().map(|a| quote(a)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs the job to completion; Ok(elapsed) when the tool exits 0.
+pub fn run_eval(job: &EvalJob) -> Result<Duration, String> {
+    let started = Instant::now();
+    let mut log =
+        File::create(&job.log).map_err(|e| format!("cannot create {}: {e}", job.log.display()))?;
+    let cmdline = shell_line(&job.eval, &job.args);
+    let _ = writeln!(log, "$ {cmdline}");
+    let stdout_log = log
+        .try_clone()
+        .map_err(|e| format!("cannot share the log file: {e}"))?;
+    let mut child = Command::new(&job.eval)
+        .args(&job.args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdout_log))
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run {}: {e}\n(build beaconkv-eval first, or pass --eval PATH)",
+                job.eval.display()
+            )
+        })?;
+
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>16} [{bar:40.cyan/blue}] {pos}/{len} {elapsed_precise} (eta {eta})",
+        )
+        .expect("valid progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(job.label.clone());
+    bar.enable_steady_tick(Duration::from_millis(250));
+
+    let stderr = child.stderr.take().expect("stderr is piped");
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        match reader.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buf);
+                match parse_progress(&line) {
+                    Some((done, total)) => {
+                        if bar.length() != Some(total) {
+                            bar.set_length(total);
+                        }
+                        bar.set_position(done.min(total));
+                    }
+                    None => {
+                        let _ = log.write_all(&buf);
+                        if !buf.ends_with(b"\n") {
+                            let _ = log.write_all(b"\n");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(log, "[beaconkv-bench] error reading stderr: {e}");
+                break;
+            }
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", job.eval.display()))?;
+    let _ = log.flush();
+    let elapsed = started.elapsed();
+    if status.success() {
+        bar.finish();
+        Ok(elapsed)
+    } else {
+        bar.abandon();
+        Err(format!(
+            "beaconkv-eval failed for {} ({status}) after {:.1} s\ncommand: {cmdline}\nlast lines of {}:\n{}",
+            job.label,
+            elapsed.as_secs_f64(),
+            job.log.display(),
+            tail_lines(&job.log, 20)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines() {
+        assert_eq!(parse_progress("progress 3/10\n"), Some((3, 10)));
+        assert_eq!(parse_progress("progress 1535/1535"), Some((1535, 1535)));
+        assert_eq!(
+            parse_progress("llama_context: n_ctx = 512 progress 64/1535\n"),
+            Some((64, 1535))
+        );
+        assert_eq!(parse_progress("progress x/10"), None);
+        assert_eq!(parse_progress("progress 3/"), None);
+        assert_eq!(parse_progress("load_tensors: loading model"), None);
+        assert_eq!(parse_progress("inprogress 3/10"), None);
+    }
+
+    #[test]
+    fn shell_quoting() {
+        let s = shell_line(
+            Path::new("/bin/x"),
+            &[
+                "--configs".into(),
+                "a:1,b:2".into(),
+                "it's".into(),
+                "".into(),
+            ],
+        );
+        assert_eq!(s, "/bin/x --configs a:1,b:2 'it'\\''s' ''");
+    }
+
+    #[test]
+    fn failing_tool_reports_log_tail() {
+        let dir = std::env::temp_dir().join(format!("beaconkv-bench-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let job = EvalJob {
+            eval: PathBuf::from("/bin/sh"),
+            args: vec![
+                "-c".into(),
+                "echo 'progress 1/2' >&2; echo 'error: boom' >&2; exit 3".into(),
+            ],
+            label: "agree".into(),
+            log: dir.join("agree.log"),
+        };
+        let err = run_eval(&job).unwrap_err();
+        assert!(err.contains("error: boom"), "{err}");
+        assert!(err.contains("agree"), "{err}");
+        let log = std::fs::read_to_string(&job.log).unwrap();
+        assert!(!log.lines().any(|l| l == "progress 1/2"), "{log}");
+        assert!(log.lines().any(|l| l == "error: boom"), "{log}");
+        let ok = EvalJob {
+            args: vec!["-c".into(), "echo out; echo 'progress 2/2' >&2".into()],
+            ..job
+        };
+        assert!(run_eval(&ok).is_ok());
+        assert!(std::fs::read_to_string(&ok.log).unwrap().contains("out"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn missing_tool_is_a_clear_error() {
+        let job = EvalJob {
+            eval: PathBuf::from("/nonexistent/beaconkv-eval"),
+            args: vec![],
+            label: "speed".into(),
+            log: std::env::temp_dir()
+                .join(format!("beaconkv-bench-missing-{}.log", std::process::id())),
+        };
+        let err = run_eval(&job).unwrap_err();
+        assert!(err.contains("--eval PATH"), "{err}");
+        let _ = std::fs::remove_file(&job.log);
+    }
+}

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# A stand-in for beaconkv-eval (cpp/beaconkv-eval.cpp) for beaconkv-bench's tests: same options,
+# progress lines on stderr, made-up numbers in the same JSON shapes (written the same way: bare
+# `nan`/`inf` and raw control characters in strings are possible).
+# FAKE_EVAL_FAIL=MODE makes that mode fail like the real tool does.
+set -euo pipefail
+
+mode=agree configs="beacon:256" out="" lengths="1024,2048" depths="0.1,0.5,0.9" length=2048 text=""
+n_tokens=1024 prompt_tokens=32 passage=256 gap=1024
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --mode) mode="$2"; shift 2 ;;
+        --configs) configs="$2"; shift 2 ;;
+        --out) out="$2"; shift 2 ;;
+        --lengths) lengths="$2"; shift 2 ;;
+        --depths) depths="$2"; shift 2 ;;
+        --length) length="$2"; shift 2 ;;
+        --text) text="$2"; shift 2 ;;
+        --n-tokens) n_tokens="$2"; shift 2 ;;
+        --prompt-tokens) prompt_tokens="$2"; shift 2 ;;
+        --passage) passage="$2"; shift 2 ;;
+        --gap) gap="$2"; shift 2 ;;
+        *) shift ;;  # llama.cpp flags (-m, -t, ...)
+    esac
+done
+
+echo "llama_model_loader: loaded meta data (fake)" >&2
+if [ "${FAKE_EVAL_FAIL:-}" = "$mode" ]; then
+    echo "error: llama_decode returned -1 for 'beacon:32'" >&2
+    exit 1
+fi
+if { [ "$mode" = agree ] || [ "$mode" = revisit ]; } && [ ! -f "$text" ]; then
+    echo "error: --mode $mode needs --text FILE" >&2
+    exit 1
+fi
+
+IFS=',' read -r -a cfgs <<< "$configs"
+IFS=',' read -r -a lens <<< "$lengths"
+IFS=',' read -r -a deps <<< "$depths"
+
+# budget_of CONFIG: the number after ':' (0 for none)
+budget_of() { local b="${1%%/*}"; b="${b#*:}"; [[ "$b" =~ ^[0-9]+$ ]] && echo "$b" || echo 0; }
+policy_of() { local p="${1%%/*}"; echo "${p%%:*}"; }
+
+json="{\"mode\": \"$mode\", "
+case "$mode" in
+    agree | revisit)
+        total=$((n_tokens - 1)); ppl_from=$prompt_tokens
+        [ "$mode" = revisit ] && { total=$((2 * passage + gap - 2)); ppl_from=$((passage + gap)); }
+        for ((t = 64; t < total; t += 64)); do echo "progress $t/$total" >&2; done
+        echo "progress $total/$total" >&2
+        json+="\"n_tokens\": $((total + 1)), \"prompt_tokens\": $prompt_tokens, \"ppl_from\": $ppl_from, \"ppl_ref\": 8.5, \"results\": ["
+        sep=""
+        for c in "${cfgs[@]}"; do
+            p=$(policy_of "$c"); b=$(budget_of "$c")
+            [ "$p" = none ] && continue
+            bonus=0; [ "$p" = beacon ] && bonus=5
+            top1=$((80 + bonus + b / 16)); [ $top1 -gt 99 ] && top1=99
+            ppl="$((9 + 64 / b)).$((bonus * 10 + 5))"; [ "$p" = random ] && [ "$mode" = revisit ] && ppl=inf
+            json+="$sep{\"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"top1\": 0.$top1, \"kl\": 0.0$((100 - top1)), \"ppl\": $ppl, \"ppl_ref\": 8.5, \"cells_peak\": $((b + 8)), \"evicted\": $((total - b)), \"compress_events\": $((total / 8)), \"plugin_ms\": 1.25, \"decode_ms\": 50.5}"
+            sep=", "
+        done
+        json+="]}"
+        ;;
+    passkey)
+        json+="\"length\": $length, \"results\": ["
+        sep=""; done_n=0; total=$((${#cfgs[@]} * ${#deps[@]}))
+        for d in "${deps[@]}"; do
+            for c in "${cfgs[@]}"; do
+                p=$(policy_of "$c"); b=$(budget_of "$c")
+                found=false; answer=" 1234"
+                if [ "$p" = none ] || [ "$p" = beacon ]; then found=true; answer=$' 14271.\nThe'; fi
+                json+="$sep{\"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"depth\": $d, \"n_tokens\": $((length + 14)), \"found\": $found, \"answer\": \"$answer\", \"cells_peak\": $((b > 0 ? b + 32 : length + 14))}"
+                sep=", "
+                done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2
+            done
+        done
+        json+="]}"
+        ;;
+    speed)
+        json+="\"results\": ["
+        sep=""; done_n=0; max=0
+        for l in "${lens[@]}"; do [ "$l" -gt "$max" ] && max=$l; done
+        for c in "${cfgs[@]}"; do
+            p=$(policy_of "$c"); b=$(budget_of "$c")
+            points=()
+            if [ "$p" = none ] && [ "$b" -gt 0 ]; then
+                for l in "${lens[@]}"; do [ "$l" -lt "$b" ] && points+=("$l"); done
+                [ "$b" -le "$max" ] && points+=($((b - 8)))
+            else
+                points=("${lens[@]}")
+            fi
+            for ctx in "${points[@]}"; do
+                if [ "$p" = beacon ]; then cells=$b; phys=$((b + 16)); ms="2.$((ctx % 7))"; share=0.4
+                elif [ "$b" -gt 0 ]; then cells=$ctx; phys=$((b + 8)); ms="1.$((ctx % 5))"; share=0
+                else cells=$ctx; phys=$((ctx + 8)); ms="$((2 + ctx / 128)).5"; share=0; fi
+                json+="$sep{\"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"context\": $ctx, \"ms_per_token\": $ms, \"cells\": $cells, \"cells_physical\": $phys, \"kv_bytes_per_cell\": 18432, \"plugin_ms\": $share, \"decode_ms\": 10.5}"
+                sep=", "
+            done
+            done_n=$((done_n + 1)); echo "progress $done_n/${#cfgs[@]}" >&2
+        done
+        json+="]}"
+        ;;
+    *)
+        echo "error: --mode must be agree, revisit, passkey or speed (got '$mode')" >&2
+        exit 1
+        ;;
+esac
+
+if [ -n "$out" ]; then printf '%s\n' "$json" > "$out"; else printf '%s\n' "$json"; fi

@@ -1,0 +1,184 @@
+//! Runs beaconkv-bench end to end against tests/fake-eval.sh (a stand-in for beaconkv-eval), so
+//! the orchestration, tables, CSV/JSON and plots are tested without llama.cpp.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn fake_eval() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake-eval.sh")
+}
+
+fn tmpdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("beaconkv-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// The agree/revisit text: Debian's GPL-3 (the default) when present, else this crate's manifest.
+fn text_args() -> Vec<String> {
+    if Path::new("/usr/share/common-licenses/GPL-3").is_file() {
+        vec![]
+    } else {
+        vec![
+            "--text".into(),
+            concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml").into(),
+        ]
+    }
+}
+
+fn bench(out: &Path, extra: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"));
+    cmd.arg("--eval")
+        .arg(fake_eval())
+        .args(["--quick", "-m", "/dev/null", "--out"])
+        .arg(out);
+    cmd.args(text_args()).args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run beaconkv-bench")
+}
+
+fn non_empty(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .map(|m| m.len() > 0)
+        .unwrap_or(false)
+}
+
+#[test]
+fn quick_run_with_fake_eval() {
+    let out = tmpdir("quick");
+    let started = std::time::Instant::now();
+    let o = bench(&out, &[], &[]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    eprintln!(
+        "quick run of the fake tool: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    for f in [
+        "quality_vs_budget.png",
+        "revisit_ppl_vs_budget.png",
+        "speed_vs_context.png",
+        "kv_bytes_vs_context.png",
+    ] {
+        let p = out.join(f);
+        assert!(non_empty(&p), "{f} missing or empty");
+        assert_eq!(
+            &std::fs::read(&p).unwrap()[..8],
+            b"\x89PNG\r\n\x1a\n",
+            "{f} is not a PNG"
+        );
+    }
+    for f in [
+        "results.csv",
+        "results.json",
+        "summary.md",
+        "agree.json",
+        "revisit.json",
+        "passkey.json",
+        "speed.json",
+    ] {
+        assert!(non_empty(&out.join(f)), "{f} missing or empty");
+    }
+
+    // CSV: header + one row per result of every mode (4 policies x 2 budgets for agree/revisit,
+    // +none for passkey at one depth, speed: none and beacon at 2 lengths + the none:64 limit).
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    let count = |m: &str| {
+        csv.lines()
+            .filter(|l| l.starts_with(&format!("{m},")))
+            .count()
+    };
+    assert_eq!(count("agree"), 8);
+    assert_eq!(count("revisit"), 8);
+    assert_eq!(count("passkey"), 9);
+    assert_eq!(count("speed"), 5);
+
+    // results.json: every mode, command line, model and machine.
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(doc["model"], "/dev/null");
+    assert!(doc["command_line"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--quick"));
+    assert!(doc["machine"]["arch"]
+        .as_str()
+        .is_some_and(|s| !s.is_empty()));
+    assert!(doc["machine"]["nproc"].as_u64().is_some_and(|n| n > 0));
+    let modes: Vec<&str> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    assert_eq!(modes, ["agree", "revisit", "passkey", "speed"]);
+    assert_eq!(doc["runs"][1]["data"]["results"][0]["config"], "beacon:32");
+
+    // Tables on stdout and in summary.md; the tool's non-progress stderr went to the logs.
+    assert!(stdout.contains("| policy | 32 | 64 |"), "{stdout}");
+    assert!(stdout.contains("(ref 8.50)"), "{stdout}");
+    assert!(stdout.contains("| none | – | – | 100% (1/1) |"), "{stdout}");
+    assert!(stdout.contains("| 256 | beacon:64 |"), "{stdout}");
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("| beacon | 0.87"), "{summary}");
+    let log = std::fs::read_to_string(out.join("agree.log")).unwrap();
+    assert!(
+        log.contains("loaded meta data (fake)") && !log.contains("progress "),
+        "{log}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn failing_tool_is_reported_with_its_log() {
+    let out = tmpdir("fail");
+    let o = bench(
+        &out,
+        &["--only", "agree,passkey"],
+        &[("FAKE_EVAL_FAIL", "passkey")],
+    );
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("beaconkv-eval failed for passkey"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("llama_decode returned -1"), "{stderr}");
+    // What finished before the failure is still saved.
+    let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().filter(|l| l.starts_with("agree,")).count(), 8);
+    assert!(out.join("quality_vs_budget.png").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn missing_eval_is_a_clear_error() {
+    let out = tmpdir("noeval");
+    let o = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"))
+        .args([
+            "--quick",
+            "-m",
+            "/dev/null",
+            "--eval",
+            "/nonexistent/beaconkv-eval",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("beaconkv-eval not found at /nonexistent/beaconkv-eval"),
+        "{stderr}"
+    );
+    assert!(!out.exists(), "no output folder before the run can start");
+}
