@@ -10,12 +10,24 @@ use std::process::Command;
 
 fn cli() -> Command {
     let mut c = Command::new(tool("beaconkv-cli"));
-    c.arg("-m").arg(tiny_model()).args(["-t", "2", "--temp", "0", "--ignore-eos", "-p", "hello world"]);
+    c.arg("-m").arg(tiny_model()).args([
+        "-t",
+        "2",
+        "--temp",
+        "0",
+        "--ignore-eos",
+        "-p",
+        "hello world",
+    ]);
     c
 }
 
 fn stats(extra: &[&str], env: &[(&str, &str)]) -> Value {
-    let dir = std::env::temp_dir().join(format!("beaconkv-cli-{}-{}", std::process::id(), extra.len()));
+    let dir = std::env::temp_dir().join(format!(
+        "beaconkv-cli-{}-{}",
+        std::process::id(),
+        extra.len()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("stats.json");
     let mut c = cli();
@@ -29,10 +41,33 @@ fn stats(extra: &[&str], env: &[(&str, &str)]) -> Value {
 
 #[test]
 fn compressed_generation_reports_stable_keys() {
-    let s = stats(&["-n", "600", "--kv-compress", "beacon", "--kv-budget", "128", "--kv-window", "16"], &[]);
+    let s = stats(
+        &[
+            "-n",
+            "600",
+            "--kv-compress",
+            "beacon",
+            "--kv-budget",
+            "128",
+            "--kv-window",
+            "16",
+        ],
+        &[],
+    );
     for key in [
-        "policy", "budget", "n_prompt", "n_generated", "cells_peak", "cells_physical", "kv_bytes_physical",
-        "kv_bytes_uncompressed", "evicted", "compress_events", "prompt_tok_s", "decode_tok_s", "plugin_ms",
+        "policy",
+        "budget",
+        "n_prompt",
+        "n_generated",
+        "cells_peak",
+        "cells_physical",
+        "kv_bytes_physical",
+        "kv_bytes_uncompressed",
+        "evicted",
+        "compress_events",
+        "prompt_tok_s",
+        "decode_tok_s",
+        "plugin_ms",
     ] {
         assert!(s.get(key).is_some(), "missing key {key} in {s}");
     }
@@ -41,19 +76,36 @@ fn compressed_generation_reports_stable_keys() {
     assert_eq!(s["n_generated"], 600);
     assert!(s["cells_peak"].as_i64().unwrap() <= 128, "{s}");
     assert!(s["evicted"].as_i64().unwrap() > 400, "{s}");
-    assert!(s["kv_bytes_physical"].as_u64().unwrap() < s["kv_bytes_uncompressed"].as_u64().unwrap(), "{s}");
+    assert!(
+        s["kv_bytes_physical"].as_u64().unwrap() < s["kv_bytes_uncompressed"].as_u64().unwrap(),
+        "{s}"
+    );
 }
 
 #[test]
 fn environment_variables_work_like_flags() {
-    let s = stats(&["-n", "300"], &[("LLAMA_ARG_KV_COMPRESS", "streaming"), ("LLAMA_ARG_KV_BUDGET", "64")]);
+    let s = stats(
+        &["-n", "300"],
+        &[
+            ("LLAMA_ARG_KV_COMPRESS", "streaming"),
+            ("LLAMA_ARG_KV_BUDGET", "64"),
+        ],
+    );
     assert_eq!(s["policy"], "streaming");
     assert!(s["cells_peak"].as_i64().unwrap() <= 64, "{s}");
 }
 
 #[test]
 fn spec_flag_sets_every_key() {
-    let s = stats(&["-n", "200", "--kv-compress-spec", "policy=recent,budget=96,min=80,window=8,recent=8"], &[]);
+    let s = stats(
+        &[
+            "-n",
+            "200",
+            "--kv-compress-spec",
+            "policy=recent,budget=96,min=80,window=8,recent=8",
+        ],
+        &[],
+    );
     assert_eq!(s["policy"], "recent");
     assert_eq!(s["budget"], 96);
     assert!(s["cells_peak"].as_i64().unwrap() <= 96, "{s}");
@@ -67,13 +119,19 @@ fn bad_flag_values_stop_startup_naming_the_flag() {
         (&["--kv-budget", "abc"], "--kv-budget"),
         (&["--kv-beacons", "-1"], "--kv-beacons"),
         (&["--kv-prefix", "first"], "--kv-prefix"),
-        (&["--kv-compress-spec", "policy=beacon,nosuchkey=1"], "nosuchkey"),
+        (
+            &["--kv-compress-spec", "policy=beacon,nosuchkey=1"],
+            "nosuchkey",
+        ),
     ];
     for (flags, name) in cases {
         let out = cli().args(*flags).args(["-n", "4"]).output().unwrap();
         assert!(!out.status.success(), "{flags:?} should fail");
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains(name), "{flags:?}: error does not name {name}: {err}");
+        assert!(
+            err.contains(name),
+            "{flags:?}: error does not name {name}: {err}"
+        );
     }
 }
 

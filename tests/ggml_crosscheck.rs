@@ -17,7 +17,11 @@ fn reference() -> Value {
 }
 
 fn floats(v: &Value) -> Vec<f32> {
-    v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
 }
 
 #[test]
@@ -37,7 +41,9 @@ fn rope_matches_ggml() {
             attn_factor: c["attn_factor"].as_f64().unwrap() as f32,
             beta_fast: c["beta_fast"].as_f64().unwrap() as f32,
             beta_slow: c["beta_slow"].as_f64().unwrap() as f32,
-            freq_factors: c["freq_factors"].as_array().map(|_| floats(&c["freq_factors"])),
+            freq_factors: c["freq_factors"]
+                .as_array()
+                .map(|_| floats(&c["freq_factors"])),
         };
         let pos = c["pos"].as_i64().unwrap() as i32;
         let mut x = floats(&c["input"]);
@@ -46,13 +52,19 @@ fn rope_matches_ggml() {
         for (i, (a, b)) in x.iter().zip(&want).enumerate() {
             let diff = (a - b).abs();
             worst = worst.max(diff);
-            assert!(diff <= 1e-4 * (1.0 + b.abs()), "rope {c:?}: dim {i}: rust {a} vs ggml {b}");
+            assert!(
+                diff <= 1e-4 * (1.0 + b.abs()),
+                "rope {c:?}: dim {i}: rust {a} vs ggml {b}"
+            );
         }
         // and back: un-rotating ggml's output recovers the input
         let mut y = want.clone();
         rope.unrotate(&mut y, pos);
         for (a, b) in y.iter().zip(floats(&c["input"])) {
-            assert!((a - b).abs() <= 1e-3 * (1.0 + b.abs()), "unrotate {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-3 * (1.0 + b.abs()),
+                "unrotate {a} vs {b}"
+            );
         }
     }
     eprintln!("rope: {} cases, worst abs diff {worst:e}", cases.len());
@@ -66,13 +78,25 @@ fn dequantisers_match_ggml_bit_for_bit() {
     for c in cases {
         let ty = GgmlType::from_id(c["type"].as_i64().unwrap() as i32).expect("supported type");
         let hex = c["bytes_hex"].as_str().unwrap();
-        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap()).collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
         let want = floats(&c["values"]);
-        assert_eq!(bytes.len(), ty.row_size(want.len()), "{}: row size", ty.name());
+        assert_eq!(
+            bytes.len(),
+            ty.row_size(want.len()),
+            "{}: row size",
+            ty.name()
+        );
         let mut got = vec![0.0f32; want.len()];
         dequantize_row(ty, &bytes, &mut got);
         for (i, (a, b)) in got.iter().zip(&want).enumerate() {
-            assert!(a.to_bits() == b.to_bits() || a == b, "{}: value {i}: rust {a} vs ggml {b}", ty.name());
+            assert!(
+                a.to_bits() == b.to_bits() || a == b,
+                "{}: value {i}: rust {a} vs ggml {b}",
+                ty.name()
+            );
         }
     }
 }

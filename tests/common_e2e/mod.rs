@@ -16,14 +16,22 @@ pub fn tool(name: &str) -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("build/bin"));
     let path = dir.join(name);
-    assert!(path.exists(), "{} is missing: run `make build` first", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `make build` first",
+        path.display()
+    );
     path
 }
 
 /// The tiny random-weight test model written by `make build` (scripts/make_tiny_gguf.py).
 pub fn tiny_model() -> PathBuf {
     let path = repo_root().join("build/models/tiny.gguf");
-    assert!(path.exists(), "{} is missing: run `make build` first", path.display());
+    assert!(
+        path.exists(),
+        "{} is missing: run `make build` first",
+        path.display()
+    );
     path
 }
 
@@ -33,7 +41,11 @@ pub fn real_model(which: &str) -> PathBuf {
         .arg(which)
         .output()
         .expect("run scripts/fetch-models.sh");
-    assert!(out.status.success(), "fetch-models.sh {which} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "fetch-models.sh {which} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
@@ -42,7 +54,20 @@ pub fn run_ok(cmd: &mut Command) -> String {
     let out = cmd.output().expect("spawn");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let tail: String = stderr.lines().rev().take(30).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
-    assert!(out.status.success(), "{:?} failed ({}):\nstdout:\n{stdout}\nstderr (tail):\n{tail}", cmd, out.status);
+    let tail: String = stderr
+        .lines()
+        .rev()
+        .take(30)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        out.status.success(),
+        "{:?} failed ({}):\nstdout:\n{stdout}\nstderr (tail):\n{tail}",
+        cmd,
+        out.status
+    );
     stdout
 }
