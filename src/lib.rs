@@ -17,4 +17,5 @@ pub mod reduce;
 pub mod rope;
 pub mod scorer;
 pub mod select;
+pub mod simd;
 pub mod stats;

@@ -8,8 +8,9 @@
 use super::{ScoreCtx, ScoreError, ScoreRows};
 use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
-use crate::kread::{dot, read_k_row};
+use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
+use crate::simd::max_dot;
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
@@ -23,12 +24,6 @@ pub struct AttentionKernel {
     k_row: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
-}
-
-fn max_logit(queries: &[f32], k: &[f32]) -> f32 {
-    queries
-        .chunks_exact(k.len())
-        .fold(f32::NEG_INFINITY, |m, q| m.max(dot(q, k)))
 }
 
 impl AttentionKernel {
@@ -119,8 +114,7 @@ impl AttentionKernel {
                     } else {
                         &self.k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
                     };
-                    out[g * n + c] =
-                        max_logit(&self.queries[g * group_len..(g + 1) * group_len], k);
+                    out[g * n + c] = max_dot(&self.queries[g * group_len..(g + 1) * group_len], k);
                 }
             }
         }
