@@ -10,12 +10,12 @@ use crate::kread::dot;
 pub fn max_dot(queries: &[f32], k: &[f32]) -> f32 {
     let d = k.len();
     assert!(
-        d > 0 && queries.len() % d == 0,
+        d > 0 && queries.len().is_multiple_of(d),
         "max_dot: queries not a multiple of the key length"
     );
     #[cfg(target_arch = "x86_64")]
     {
-        if d % 8 == 0 && has_avx2_fma() {
+        if d.is_multiple_of(8) && has_avx2_fma() {
             // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are checked.
             return unsafe { max_dot_avx2(queries, k) };
         }
