@@ -60,7 +60,7 @@ find_vendored() {
     local d=""
     if command -v cargo >/dev/null 2>&1; then
         (cd "$ROOT" && cargo fetch >/dev/null 2>&1) || log "cargo fetch failed (offline?); looking for a cached copy"
-        d="$(cd "$ROOT" && cargo metadata --format-version 1 2>/dev/null | python3 -c '
+        d="$(cd "$ROOT" && cargo metadata --all-features --format-version 1 2>/dev/null | python3 -c '
 import json, sys, os
 m = json.load(sys.stdin)
 for p in m["packages"]:
@@ -126,15 +126,53 @@ else
         log "patched tree up to date ($SRC)"
     else
         VENDORED="$(find_vendored)"
-        log "copying $VENDORED -> $SRC"
-        rm -rf "$SRC"
+        STAGE="$SRC.stage"
+        log "copying $VENDORED -> $STAGE"
+        rm -rf "$STAGE"
         mkdir -p "$(dirname "$SRC")"
         # cp -a keeps timestamps: files the series does not touch stay older than the build's objects
-        cp -a "$VENDORED" "$SRC"
-        chmod -R u+w "$SRC"
+        cp -a "$VENDORED" "$STAGE"
+        chmod -R u+w "$STAGE"
         # own git repo, so that git apply resolves paths here and not in an enclosing repository
-        git -C "$SRC" init -q
-        apply_series "$SRC"
+        git -C "$STAGE" init -q
+        apply_series "$STAGE"
+        if [[ -d "$SRC" ]]; then
+            # update in place by content: files whose content did not change keep their mtime, so an
+            # existing build dir only recompiles what the new series really changed
+            python3 - "$STAGE" "$SRC" <<'PY'
+import filecmp, os, shutil, sys
+stage, src = sys.argv[1], sys.argv[2]
+skip = {".git", ".beaconkv-patches.sha256"}
+n = 0
+for root, dirs, files in os.walk(stage):
+    rel = os.path.relpath(root, stage)
+    if rel == ".":
+        dirs[:] = [d for d in dirs if d not in skip]
+    os.makedirs(os.path.join(src, rel), exist_ok=True)
+    for f in files:
+        if rel == "." and f in skip:
+            continue
+        a, b = os.path.join(root, f), os.path.join(src, rel, f)
+        if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+            shutil.copy2(a, b); os.utime(b)  # changed: new mtime
+            n += 1
+for root, dirs, files in os.walk(src):
+    rel = os.path.relpath(root, src)
+    if rel == ".":
+        dirs[:] = [d for d in dirs if d not in skip]
+    for f in files:
+        if rel == "." and f in skip:
+            continue
+        if not os.path.exists(os.path.join(stage, rel, f)):
+            os.remove(os.path.join(root, f)); n += 1
+print(f"[build-llama] {n} files updated in {src}", file=sys.stderr)
+PY
+            rm -rf "$STAGE"
+        else
+            rm -rf "$SRC"
+            mv "$STAGE" "$SRC"
+        fi
+        [[ -d "$SRC/.git" ]] || git -C "$SRC" init -q
         echo "$HASH" > "$STAMP"
     fi
 fi
