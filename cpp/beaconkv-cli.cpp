@@ -13,6 +13,7 @@
 #include "llama.h"
 #include "log.h"
 #include "sampling.h"
+#include "tool-common.h"
 
 #include <algorithm>
 #include <chrono>
@@ -72,7 +73,7 @@ struct run_summary {
 };
 
 int32_t seq_cells_now(llama_context * ctx) {
-    return llama_kv_plugin_seq_cells(ctx, 0, nullptr, nullptr, 0, nullptr);
+    return bkv_tools::seq_cells(ctx, 0);
 }
 
 void print_summary(const run_summary & s) {
@@ -114,13 +115,8 @@ bool write_json(const std::string & path, const run_summary & s) {
 // Fill what the plugin knows: policy, budget, evictions, time, bytes per cell.
 void collect_plugin_stats(llama_context * ctx, const common_params & params, const llama_model * model,
                           run_summary & s) {
-    for (int32_t i = 0, n = llama_kv_plugin_n_layers(ctx); i < n; i++) {
-        llama_kv_plugin_layer layer{};
-        if (llama_kv_plugin_get_layer(ctx, i, &layer) == 0) {
-            s.kv_bytes_per_cell += layer.kv_bytes_per_cell;
-        }
-    }
-    s.cells_physical = common_kv_compress_cells(params, model);
+    s.kv_bytes_per_cell = bkv_tools::bytes_per_cell(ctx, model, params);
+    s.cells_physical = bkv_tools::physical_cells(ctx);
     const beaconkv_context * bctx = common_kv_compress_get(ctx);
     if (!bctx) {
         return;

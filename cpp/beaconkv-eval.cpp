@@ -2,6 +2,7 @@
 //
 //   beaconkv-eval --mode agree   --text FILE [--n-tokens N] [--prompt-tokens P] --configs LIST ...
 //   beaconkv-eval --mode revisit --text FILE [--passage N] [--gap N] --configs LIST ...
+//   beaconkv-eval --mode generate -p PROMPT [--n-tokens N] --configs LIST ...   (greedy reference)
 //   beaconkv-eval --mode passkey [--length N] [--depths 0.1,0.5,0.9] [--chunk N] --configs LIST ...
 //   beaconkv-eval --mode speed   [--lengths 1024,2048] --configs LIST ...
 //   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results.
@@ -17,6 +18,7 @@
 #include "kv-compress.h"
 #include "llama-kv-plugin.h"
 #include "llama.h"
+#include "tool-common.h"
 
 #include <algorithm>
 #include <chrono>
@@ -142,21 +144,11 @@ struct run_ctx {
 
 std::unique_ptr<run_ctx> make_ctx(llama_model * model, const common_params & base, const config & cfg,
                                   uint32_t n_ctx, const std::string & extra_spec = "") {
-    common_params p = base;
-    p.n_ctx = n_ctx;
-    p.kv_compress_spec.clear();
-    if (cfg.policy != "none") {
-        p.kv_compress_spec = cfg.spec + extra_spec;
-    }
     auto r = std::make_unique<run_ctx>();
     r->cfg = cfg;
-    r->ctx = llama_init_from_model(model, common_context_params_to_llama(p));
+    r->ctx = bkv_tools::make_context(model, base, cfg.policy == "none" ? "" : cfg.spec + extra_spec, n_ctx);
     if (!r->ctx) {
-        fprintf(stderr, "error: cannot create a context for '%s'\n", cfg.name.c_str());
-        return nullptr;
-    }
-    if (cfg.policy != "none" && !common_kv_compress_attach(r->ctx, p)) {
-        fprintf(stderr, "error: cannot attach BeaconKV for '%s'\n", cfg.name.c_str());
+        fprintf(stderr, "error: cannot create a compressed context for '%s'\n", cfg.name.c_str());
         return nullptr;
     }
     return r;
@@ -170,7 +162,7 @@ bool decode_tokens(run_ctx & r, const llama_token * toks, int32_t n) {
         fprintf(stderr, "error: llama_decode returned %d for '%s'\n", ret, r.cfg.name.c_str());
         return false;
     }
-    const int32_t cells = llama_kv_plugin_seq_cells(r.ctx, 0, nullptr, nullptr, 0, nullptr);
+    const int32_t cells = bkv_tools::seq_cells(r.ctx, 0);
     r.cells_peak = std::max(r.cells_peak, cells);
     return true;
 }
@@ -229,8 +221,13 @@ void progress(int done, int total) {
 
 // Teacher forcing in lockstep. Scores every step from prompt_tokens-1 on; perplexity over
 // [ppl_from, tokens.size()-1).
+// With n_generate > 0 the reference continues the prompt greedily for n_generate tokens and every
+// compressed context is fed those tokens (agreement with the uncompressed run's own output).
 std::string run_lockstep(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
-                         const std::vector<llama_token> & tokens, int prompt_tokens, int ppl_from) {
+                         std::vector<llama_token> tokens, int prompt_tokens, int ppl_from, int n_generate = 0) {
+    if (n_generate > 0) {
+        tokens.resize(prompt_tokens + n_generate, 0);
+    }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     const uint32_t n_ctx = (uint32_t) tokens.size() + 8;
     config ref_cfg;
@@ -273,10 +270,13 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
         if (t >= prompt_tokens && !step(&tokens[t], 1)) {
             return "";
         }
-        const llama_token next = tokens[t + 1];
         const float * lr = llama_get_logits_ith(ref->ctx, -1);
         log_softmax(lr, n_vocab, lp_ref);
         const int top_ref = argmax(lr, n_vocab);
+        if (n_generate > 0) {
+            tokens[t + 1] = top_ref;
+        }
+        const llama_token next = tokens[t + 1];
         if (t >= ppl_from) {
             ref_acc.nll -= lp_ref[next];
             ref_acc.n_ppl++;
@@ -430,12 +430,12 @@ std::string run_speed(llama_model * model, const common_params & params, const s
             }
             if (checkpoint) {
                 const plugin_numbers pn = plugin_stats(r->ctx);
-                const uint32_t cells = llama_kv_plugin_seq_cells(r->ctx, 0, nullptr, nullptr, 0, nullptr);
+                const int32_t cells = bkv_tools::seq_cells(r->ctx, 0);
                 js << (first ? "" : ", ") << "{\"config\": \"" << json_escape(c.name) << "\", \"policy\": \""
                    << c.policy << "\", \"budget\": " << c.budget << ", \"context\": " << pos + 1
                    << ", \"ms_per_token\": " << window_ms / window_n << ", \"cells\": " << cells
-                   << ", \"cells_physical\": " << common_kv_compress_cells_ctx(r->ctx)
-                   << ", \"kv_bytes_per_cell\": " << common_kv_compress_bytes_per_cell(r->ctx)
+                   << ", \"cells_physical\": " << bkv_tools::physical_cells(r->ctx)
+                   << ", \"kv_bytes_per_cell\": " << bkv_tools::bytes_per_cell(r->ctx, model, params)
                    << ", \"plugin_ms\": " << pn.ms << ", \"decode_ms\": " << r->decode_ms << "}";
                 first = false;
             }
@@ -474,7 +474,16 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
 
     std::string result;
-    if (a.mode == "agree" || a.mode == "revisit") {
+    if (a.mode == "generate") {
+        // the uncompressed run continues the prompt greedily; compressed runs are fed its tokens
+        const std::string text = a.text_file.empty() ? params.prompt : read_file(a.text_file);
+        std::vector<llama_token> prompt = common_tokenize(vocab, text, true, true);
+        if (prompt.empty()) {
+            fprintf(stderr, "error: --mode generate needs -p PROMPT or --text FILE\n");
+            return 1;
+        }
+        result = run_lockstep(model, params, cfgs, prompt, (int) prompt.size(), (int) prompt.size(), a.n_tokens);
+    } else if (a.mode == "agree" || a.mode == "revisit") {
         if (a.text_file.empty()) {
             fprintf(stderr, "error: --mode %s needs --text FILE\n", a.mode.c_str());
             return 1;
@@ -506,7 +515,7 @@ int main(int argc, char ** argv) {
     } else if (a.mode == "speed") {
         result = run_speed(model, params, cfgs, a);
     } else {
-        fprintf(stderr, "error: --mode must be agree, revisit, passkey or speed (got '%s')\n", a.mode.c_str());
+        fprintf(stderr, "error: --mode must be agree, generate, revisit, passkey or speed (got '%s')\n", a.mode.c_str());
         return 1;
     }
     if (result.empty()) {

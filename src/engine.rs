@@ -80,6 +80,10 @@ pub struct Engine {
     seqs: BTreeMap<i32, SeqState>,
     warned_prefix_cap: bool,
     warned_no_layers: bool,
+    /// Layers already reported as unusable (each is reported once).
+    warned_layers: std::collections::BTreeSet<i32>,
+    /// Layers were described again after the host built its first graph.
+    layers_final: bool,
     scratch: Scratch,
 }
 
@@ -96,6 +100,8 @@ impl Engine {
             seqs: BTreeMap::new(),
             warned_prefix_cap: false,
             warned_no_layers: false,
+            warned_layers: Default::default(),
+            layers_final: false,
             scratch: Scratch::default(),
         };
         engine.refresh_layers(host, false);
@@ -190,10 +196,14 @@ impl Engine {
             }
             match LayerDesc::from_raw(i, &raw, has_read_rows) {
                 Ok(desc) => self.layers.push(desc),
-                Err(why) => host.log(
-                    LOG_WARN,
-                    &format!("beaconkv: layer {i} (il {}) skipped: {why}", raw.il),
-                ),
+                Err(why) => {
+                    if self.warned_layers.insert(i) {
+                        host.log(
+                            LOG_WARN,
+                            &format!("beaconkv: layer {i} (il {}) skipped: {why}", raw.il),
+                        );
+                    }
+                }
             }
         }
         if self.params.policy.uses_queries()
@@ -326,6 +336,12 @@ impl Engine {
         q_row: &[i32],
     ) -> Result<(), EngineError> {
         let t0 = Instant::now();
+        if !self.layers_final {
+            // The host records RoPE and Hadamard details when it builds its first graph, which
+            // has happened by the first ubatch: describe the layers again, once.
+            self.layers_final = true;
+            self.refresh_layers(host, true);
+        }
         for (&p, &s) in pos.iter().zip(seq_id) {
             let st = &mut self.seq_entry(s).stats;
             st.pos_max = st.pos_max.max(p);

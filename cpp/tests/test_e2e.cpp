@@ -11,6 +11,7 @@
 #include "kv-compress.h"
 #include "llama-kv-plugin.h"
 #include "llama.h"
+#include "tool-common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -48,17 +49,7 @@ using ctx_ptr = std::unique_ptr<llama_context, ctx_deleter>;
 // spec empty: no plugin at all (plain llama.cpp).
 ctx_ptr make_ctx(env & e, const std::string & spec, uint32_t n_ctx,
                  ggml_backend_sched_eval_callback cb = nullptr, void * cb_data = nullptr) {
-    common_params p = e.params;
-    p.n_ctx = n_ctx;
-    p.kv_compress_spec = spec;
-    llama_context_params cp = common_context_params_to_llama(p);
-    cp.cb_eval = cb;
-    cp.cb_eval_user_data = cb_data;
-    ctx_ptr ctx(llama_init_from_model(e.model, cp));
-    if (ctx && !spec.empty() && !common_kv_compress_attach(ctx.get(), p)) {
-        return nullptr;
-    }
-    return ctx;
+    return ctx_ptr(bkv_tools::make_context(e.model, e.params, spec, n_ctx, cb, cb_data));
 }
 
 bool decode(llama_context * ctx, const llama_token * t, int n) {
