@@ -57,6 +57,7 @@ inline llama_context * make_context(llama_model * model, common_params params, c
                                     void * cb_data = nullptr) {
     params.n_ctx = n_ctx;
     params.kv_compress_spec = spec;
+    common_kv_compress_adjust(params);
     llama_context_params cp = common_context_params_to_llama(params);
     cp.n_ctx_cells = spec.empty() ? 0 : common_kv_compress_cells(params, model);
     cp.cb_eval = cb;
