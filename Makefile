@@ -15,7 +15,7 @@ TINY := build/models/tiny.gguf
 PREFIX ?= /usr/local
 
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
-DEMO_FLAGS ?= -n 768 --temp 0 --kv-compress beacon --kv-budget 256
+DEMO_FLAGS ?= --chat -n 1024 --temp 0.7 --seed 7 --kv-compress beacon --kv-budget 256
 
 .PHONY: all build lib llama tools models demo test test-unit test-e2e bench lint install clean
 

