@@ -59,3 +59,26 @@ fn gemma3_iswa_compresses_only_global_layers() {
     let out = e2e(&real_model("gemma3"), "iswa_global_only", &[]);
     assert!(out.contains("ok iswa_global_only"), "{out}");
 }
+
+#[test]
+fn several_sequences_in_one_unified_cache() {
+    let out = e2e(&tiny_model(), "multi_seq:unified", &[]);
+    assert!(out.contains("max cells per seq 64"), "{out}");
+}
+
+#[test]
+fn several_sequences_in_split_streams() {
+    let out = e2e(&tiny_model(), "multi_seq:split", &[]);
+    assert!(out.contains("max cells per seq 64"), "{out}");
+}
+
+#[test]
+fn load_of_eight_sequences_has_no_leak() {
+    let out = e2e(&tiny_model(), "load", &[]);
+    assert!(out.contains("max 64 cells/seq"), "{out}");
+}
+
+#[test]
+fn prompt_longer_than_the_budget() {
+    e2e(&tiny_model(), "long_prompt", &[]);
+}

@@ -14,6 +14,7 @@
 #include "tool-common.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -290,6 +291,154 @@ bool test_iswa_global_only(env & e) {
     return true;
 }
 
+// 6. Several sequences in one context, decoded in one batch per step the way llama-server does it.
+//    Every sequence stays within its budget; a fork (seq_cp) shares cells, and evicting them from
+//    one sequence never takes them from the other; removing every sequence leaves no cell in use.
+struct multi_result {
+    double tok_s = 0;
+    int32_t max_cells = 0;
+};
+
+bool run_multi(env & e, const std::string & spec, int n_seq, int n_gen, bool unified, bool fork, int budget,
+               multi_result & res) {
+    e.params.n_parallel = n_seq;
+    e.params.kv_unified = unified;
+    e.params.n_batch = e.params.n_ubatch = 64;
+    ctx_ptr ctx = make_ctx(e, spec, (uint32_t) (n_seq * (n_gen + 128)));
+    CHECK(ctx, "context creation failed");
+    llama_context * c = ctx.get();
+    const beaconkv_context * bkv = common_kv_compress_get(c);
+    llama_memory_t mem = llama_get_memory(c);
+    const int n_active = fork ? n_seq - 1 : n_seq;  // with fork, the last sequence is forked from seq 0
+    std::vector<llama_token> last(n_seq);
+    std::vector<llama_pos> next_pos(n_seq, 0);
+    for (int s = 0; s < n_active; s++) {
+        auto prompt = prompt_tokens(e, 16 + 4 * s);
+        llama_batch b = llama_batch_init((int) prompt.size(), 0, 1);
+        for (size_t i = 0; i < prompt.size(); i++) {
+            common_batch_add(b, prompt[i], (llama_pos) i, {s}, i + 1 == prompt.size());
+        }
+        CHECK(llama_decode(c, b) == 0, "prompt decode failed for seq %d", s);
+        last[s] = argmax(llama_get_logits_ith(c, -1), e.n_vocab);
+        next_pos[s] = (llama_pos) prompt.size();
+        llama_batch_free(b);
+    }
+    int active = n_active;
+    llama_batch b = llama_batch_init(n_seq, 0, 1);
+    std::set<llama_pos> forked_prev;
+    uint64_t forked_events_prev = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    uint64_t n_decoded = 0;
+    for (int step = 0; step < n_gen; step++) {
+        if (fork && step == n_gen / 3) {
+            // fork seq 0 into the last sequence: both now hold the same cells
+            llama_memory_seq_cp(mem, 0, n_seq - 1, -1, -1);
+            last[n_seq - 1] = last[0];
+            next_pos[n_seq - 1] = next_pos[0];
+            active = n_seq;
+            cell_list a = list_cells(c, 0), f = list_cells(c, n_seq - 1);
+            CHECK(a.pos == f.pos, "fork: positions differ (%zu vs %zu)", a.pos.size(), f.pos.size());
+        }
+        common_batch_clear(b);
+        for (int s = 0; s < active; s++) {
+            common_batch_add(b, last[s], next_pos[s]++, {s}, true);
+        }
+        CHECK(llama_decode(c, b) == 0, "decode failed at step %d", step);
+        n_decoded += active;
+        for (int s = 0; s < active; s++) {
+            last[s] = argmax(llama_get_logits_ith(c, s), e.n_vocab);
+            const int32_t n = bkv_tools::seq_cells(c, s);
+            res.max_cells = std::max(res.max_cells, n);
+            CHECK(budget <= 0 || n <= budget, "seq %d holds %d cells > budget %d at step %d", s, n, budget, step);
+        }
+        if (fork && active == n_seq && bkv) {
+            // the fork loses positions only through its own compression passes
+            cell_list f = list_cells(c, n_seq - 1);
+            std::set<llama_pos> now(f.pos.begin(), f.pos.end());
+            beaconkv_stats st{};
+            beaconkv_get_stats(bkv, n_seq - 1, &st);
+            if (st.compress_events == forked_events_prev) {
+                for (llama_pos p : forked_prev) {
+                    CHECK(now.count(p), "fork lost position %d although it was not compressed", p);
+                }
+            }
+            forked_prev = now;
+            forked_events_prev = st.compress_events;
+        }
+    }
+    res.tok_s = n_decoded / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    llama_batch_free(b);
+    for (int s = 0; s < n_seq; s++) {
+        llama_memory_seq_rm(mem, s, -1, -1);
+    }
+    for (int s = 0; s < n_seq; s++) {
+        CHECK(bkv_tools::seq_cells(c, s) == 0, "seq %d still holds cells after removal", s);
+        CHECK(llama_memory_seq_pos_max(mem, s) == -1, "seq %d still has positions", s);
+        if (bkv) {
+            beaconkv_stats st{};
+            beaconkv_get_stats(bkv, s, &st);
+            CHECK(st.cells_in_use == 0 && st.n_tokens == 0, "plugin kept state of removed seq %d", s);
+        }
+    }
+    return true;
+}
+
+bool test_multi_seq(env & e, bool unified) {
+    multi_result r;
+    const bool ok = run_multi(e, "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8", 4, 400, unified,
+                              /*fork=*/true, 64, r);
+    printf("multi_seq %s: max cells per seq %d\n", unified ? "unified" : "split", r.max_cells);
+    return ok;
+}
+
+// Load: n_seq sequences x n_gen tokens in one context, compressed (budget) and uncompressed;
+// prints throughput. BEACONKV_LOAD="n_seq,n_gen,budget" overrides the CI-sized default.
+bool test_load(env & e) {
+    int n_seq = 8, n_gen = 300, budget = 64;
+    if (const char * v = getenv("BEACONKV_LOAD")) {
+        sscanf(v, "%d,%d,%d", &n_seq, &n_gen, &budget);
+    }
+    const std::string spec = "policy=beacon,budget=" + std::to_string(budget) + ",window=" +
+                             std::to_string(std::min(64, budget / 4));
+    multi_result comp, plain;
+    CHECK(run_multi(e, spec, n_seq, n_gen, true, false, budget, comp), "compressed run failed");
+    CHECK(run_multi(e, "", n_seq, n_gen, true, false, 0, plain), "uncompressed run failed");
+    printf("load: %d seqs x %d tokens: beacon budget %d: %.1f tok/s (max %d cells/seq); none: %.1f tok/s (max %d)\n",
+           n_seq, n_gen, budget, comp.tok_s, comp.max_cells, plain.tok_s, plain.max_cells);
+    return true;
+}
+
+// 7. A prompt far longer than the budget is compressed chunk by chunk (cells bounded after every
+//    call); with too few physical cells for one chunk, decode fails with a message (no crash).
+bool test_long_prompt(env & e) {
+    e.params.n_batch = e.params.n_ubatch = 128;
+    auto prompt = prompt_tokens(e, 1500);
+    {
+        ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=96,window=16,prefix=8", 4096);
+        CHECK(ctx, "context creation failed");
+        for (size_t i = 0; i < prompt.size(); i += 128) {
+            const int n = (int) std::min<size_t>(128, prompt.size() - i);
+            CHECK(decode(ctx.get(), &prompt[i], n), "chunk at %zu failed", i);
+            CHECK(bkv_tools::seq_cells(ctx.get(), 0) <= 96, "cells above budget after chunk %zu", i);
+        }
+    }
+    {
+        // physical cells (--kv-cells 64, padded to 256) below one chunk of 512: a clean failure
+        common_params p = e.params;
+        p.kv_cells = 64;
+        p.n_batch = p.n_ubatch = 512;
+        ctx_ptr ctx(bkv_tools::make_context(e.model, p, "policy=beacon,budget=32,window=8", 4096));
+        CHECK(ctx, "context creation failed");
+        CHECK(llama_kv_plugin_n_cells(ctx.get()) < 512, "physical cells %u", llama_kv_plugin_n_cells(ctx.get()));
+        const int ret = llama_decode(ctx.get(), llama_batch_get_one(prompt.data(), 512));
+        CHECK(ret == 1, "decode of a chunk larger than the cells returned %d, expected 1 (no slot)", ret);
+        CHECK(bkv_tools::seq_cells(ctx.get(), 0) == 0, "a failed decode left cells behind");
+        CHECK(decode(ctx.get(), prompt.data(), 16), "the context is unusable after the failure");
+    }
+    printf("long_prompt: %zu tokens through 96 cells\n", prompt.size());
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -332,6 +481,12 @@ int main(int argc, char ** argv) {
         ok = test_bounded_cells(e, colon == std::string::npos ? "beacon" : test.substr(colon + 1));
     } else if (test == "query_capture") {
         ok = test_query_capture(e);
+    } else if (test == "multi_seq:unified" || test == "multi_seq:split") {
+        ok = test_multi_seq(e, test == "multi_seq:unified");
+    } else if (test == "load") {
+        ok = test_load(e);
+    } else if (test == "long_prompt") {
+        ok = test_long_prompt(e);
     } else if (test == "iswa_global_only") {
         ok = test_iswa_global_only(e);
     } else {
