@@ -242,6 +242,26 @@ void beaconkv_seq_removed(beaconkv_context * ctx, int32_t seq, int32_t p0, int32
  * source's query state. */
 void beaconkv_seq_copied(beaconkv_context * ctx, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
 
+/* ---- sequence state (save / restore) ------------------------------------------------------ */
+
+/* The plugin's state of one sequence (phase, prompt length, statistics, every layer's query store
+ * with its beacons) as an opaque, versioned byte blob. Save it next to llama_state_seq_get_data and
+ * restore it after llama_state_seq_set_data: the restored sequence then continues exactly like the
+ * uninterrupted one. Without it a restored sequence still works; its query state starts afresh.
+ * Cell indices are not part of the blob (the host re-lists cells), positions are. */
+
+/* Bytes beaconkv_seq_state_get needs for seq; 0 for an unknown sequence or a NULL ctx. */
+size_t beaconkv_seq_state_size(const beaconkv_context * ctx, int32_t seq);
+
+/* Write the state of seq into buf (len bytes, caller-owned). Returns the bytes written, or < 0
+ * (BEACONKV_ERR_INVALID: unknown sequence or buffer too small; see beaconkv_last_error). */
+int64_t beaconkv_seq_state_get(const beaconkv_context * ctx, int32_t seq, uint8_t * buf, size_t len);
+
+/* Replace the state of seq with a blob from beaconkv_seq_state_get (buf borrowed). Checks the
+ * format, version and that the layer shapes match this context; on error nothing changes and
+ * BEACONKV_ERR_INVALID is returned. */
+int32_t beaconkv_seq_state_set(beaconkv_context * ctx, int32_t seq, const uint8_t * buf, size_t len);
+
 /* ---- observation --------------------------------------------------------------------------- */
 
 /* Statistics of sequence seq (-1 = totals). Unknown sequences report zeros with seq set. */

@@ -13,6 +13,7 @@ use crate::queries::{LayerQueries, QueryConfig, SeqQueries};
 use crate::reduce::{reduce, span_pool, ReduceScratch};
 use crate::scorer::{self, ScoreCtx, ScoreRows, Scorer};
 use crate::select::{select_evictions, SelectScratch};
+use crate::state::{Reader, Writer};
 use crate::stats::SeqStats;
 
 /// Why a hook failed.
@@ -84,6 +85,8 @@ pub struct Engine {
     warned_layers: std::collections::BTreeSet<i32>,
     /// Layers were described again after the host built its first graph.
     layers_final: bool,
+    /// (n_head, head_dim) of each scored layer, which the query stores are shaped by.
+    layer_shapes: Vec<(usize, usize)>,
     scratch: Scratch,
 }
 
@@ -102,6 +105,7 @@ impl Engine {
             warned_no_layers: false,
             warned_layers: Default::default(),
             layers_final: false,
+            layer_shapes: Vec::new(),
             scratch: Scratch::default(),
         };
         engine.refresh_layers(host, false);
@@ -220,9 +224,26 @@ impl Engine {
                 ),
             );
         }
-        let fresh = self.new_queries();
-        for s in self.seqs.values_mut() {
-            s.queries = fresh.clone();
+        // Query stores follow the layer shapes; keep them when the shapes did not change (the
+        // re-description after the first graph only adds RoPE details).
+        let shapes: Vec<(usize, usize)> =
+            self.layers.iter().map(|l| (l.n_head, l.head_dim)).collect();
+        if shapes != self.layer_shapes {
+            self.layer_shapes = shapes;
+            let fresh = self.new_queries();
+            for s in self.seqs.values_mut() {
+                s.queries = fresh.clone();
+            }
+        }
+    }
+
+    /// The host records RoPE and Hadamard details when it builds (or reserves) its first graph,
+    /// which has happened by the first hook of the first decode call: describe the layers again,
+    /// once, keeping the query stores when the shapes are unchanged.
+    fn describe_final_layers(&mut self, host: &mut dyn Host) {
+        if !self.layers_final {
+            self.layers_final = true;
+            self.refresh_layers(host, true);
         }
     }
 
@@ -296,6 +317,7 @@ impl Engine {
         seq_ids: &[i32],
         n_new: &[i32],
     ) -> Result<(), EngineError> {
+        self.describe_final_layers(host);
         self.refresh_layers(host, false);
         for (&seq, &n) in seq_ids.iter().zip(n_new) {
             let state = self.seq_entry(seq);
@@ -336,12 +358,7 @@ impl Engine {
         q_row: &[i32],
     ) -> Result<(), EngineError> {
         let t0 = Instant::now();
-        if !self.layers_final {
-            // The host records RoPE and Hadamard details when it builds its first graph, which
-            // has happened by the first ubatch: describe the layers again, once.
-            self.layers_final = true;
-            self.refresh_layers(host, true);
-        }
+        self.describe_final_layers(host);
         for (&p, &s) in pos.iter().zip(seq_id) {
             let st = &mut self.seq_entry(s).stats;
             st.pos_max = st.pos_max.max(p);
@@ -550,6 +567,87 @@ impl Engine {
     }
 
     /// The host copied `seq_src` into `seq_dst` (fork): the destination inherits the state.
+    /// The plugin state of `seq` (see `state.rs`); None for a sequence the engine does not know.
+    pub fn save_seq(&self, seq: i32) -> Option<Vec<u8>> {
+        let state = self.seqs.get(&seq)?;
+        let mut w = Writer::default();
+        w.buf.extend_from_slice(crate::state::MAGIC);
+        w.u32(crate::state::VERSION);
+        w.u32(matches!(state.phase, Phase::Decode) as u32);
+        w.u64(state.prompt_len as u64);
+        let st = &state.stats;
+        for v in [st.cells_in_use, st.cells_peak, st.prefix_len] {
+            w.u64(v as u64);
+        }
+        w.i32(st.pos_max);
+        for v in [
+            st.n_tokens,
+            st.evicted,
+            st.compress_events,
+            st.kv_bytes_saved,
+        ] {
+            w.u64(v);
+        }
+        for v in [st.ms_capture, st.ms_score, st.ms_evict] {
+            w.f64(v);
+        }
+        w.u64(state.queries.layers.len() as u64);
+        for l in &state.queries.layers {
+            l.save(&mut w);
+        }
+        Some(w.buf)
+    }
+
+    /// Replace the plugin state of `seq` with a saved one; nothing changes on error.
+    pub fn load_seq(&mut self, seq: i32, data: &[u8]) -> Result<(), String> {
+        let mut r = Reader::new(data);
+        if r.take(4)? != crate::state::MAGIC {
+            return Err("not a BeaconKV sequence state (bad magic)".into());
+        }
+        let version = r.u32()?;
+        if version != crate::state::VERSION {
+            return Err(format!(
+                "state version {version} is not {}",
+                crate::state::VERSION
+            ));
+        }
+        let mut state = SeqState {
+            phase: if r.u32()? == 1 {
+                Phase::Decode
+            } else {
+                Phase::Prompt
+            },
+            prompt_len: r.u64()? as usize,
+            queries: self.new_queries(),
+            stats: SeqStats::new(),
+        };
+        let st = &mut state.stats;
+        st.cells_in_use = r.u64()? as usize;
+        st.cells_peak = r.u64()? as usize;
+        st.prefix_len = r.u64()? as usize;
+        st.pos_max = r.i32()?;
+        st.n_tokens = r.u64()?;
+        st.evicted = r.u64()?;
+        st.compress_events = r.u64()?;
+        st.kv_bytes_saved = r.u64()?;
+        st.ms_capture = r.f64()?;
+        st.ms_score = r.f64()?;
+        st.ms_evict = r.f64()?;
+        let n_layers = r.u64()? as usize;
+        if n_layers != state.queries.layers.len() {
+            return Err(format!(
+                "state has {n_layers} layers, this context scores {}",
+                state.queries.layers.len()
+            ));
+        }
+        for l in &mut state.queries.layers {
+            l.load(&mut r)?;
+        }
+        r.finish()?;
+        self.seqs.insert(seq, state);
+        Ok(())
+    }
+
     pub fn seq_copied(&mut self, seq_src: i32, seq_dst: i32) {
         if seq_src == seq_dst {
             return;

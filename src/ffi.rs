@@ -679,3 +679,59 @@ pub unsafe extern "C" fn beaconkv_last_error(ctx: *const beaconkv_context) -> *c
     require!(ctx => c"".as_ptr());
     no_unwind(c"".as_ptr(), || (*ctx).last_error.lock().as_ptr())
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn beaconkv_seq_state_size(ctx: *const beaconkv_context, seq: i32) -> usize {
+    require!(ctx => 0);
+    no_unwind(0, || {
+        let inner = (*ctx).inner.lock();
+        inner.engine.save_seq(seq).map_or(0, |v| v.len())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn beaconkv_seq_state_get(
+    ctx: *const beaconkv_context,
+    seq: i32,
+    buf: *mut u8,
+    len: usize,
+) -> i64 {
+    require!(ctx, buf => BEACONKV_ERR_NULL as i64);
+    no_unwind(BEACONKV_ERR_PANIC as i64, || {
+        let inner = (*ctx).inner.lock();
+        let Some(data) = inner.engine.save_seq(seq) else {
+            (*ctx).set_error(&format!("beaconkv_seq_state_get: unknown sequence {seq}"));
+            return BEACONKV_ERR_INVALID as i64;
+        };
+        if data.len() > len {
+            (*ctx).set_error(&format!(
+                "beaconkv_seq_state_get: buffer of {len} bytes, {} needed",
+                data.len()
+            ));
+            return BEACONKV_ERR_INVALID as i64;
+        }
+        std::ptr::copy_nonoverlapping(data.as_ptr(), buf, data.len());
+        data.len() as i64
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn beaconkv_seq_state_set(
+    ctx: *mut beaconkv_context,
+    seq: i32,
+    buf: *const u8,
+    len: usize,
+) -> i32 {
+    require!(ctx, buf => BEACONKV_ERR_NULL);
+    no_unwind(BEACONKV_ERR_PANIC, || {
+        let data = std::slice::from_raw_parts(buf, len);
+        let result = (*ctx).inner.lock().engine.load_seq(seq, data);
+        match result {
+            Ok(()) => BEACONKV_OK,
+            Err(e) => {
+                (*ctx).set_error(&format!("beaconkv_seq_state_set: {e}"));
+                BEACONKV_ERR_INVALID
+            }
+        }
+    })
+}

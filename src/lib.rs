@@ -18,4 +18,5 @@ pub mod rope;
 pub mod scorer;
 pub mod select;
 pub mod simd;
+pub mod state;
 pub mod stats;

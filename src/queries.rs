@@ -12,6 +12,7 @@
 //! head's queries contiguously.
 
 use crate::fps::farthest_point_sampling;
+use crate::state::{ReadResult, Reader, Writer};
 
 /// Which views a store maintains and how large they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,6 +201,51 @@ impl LayerQueries {
 #[derive(Clone, Debug, Default)]
 pub struct SeqQueries {
     pub layers: Vec<LayerQueries>,
+}
+
+impl LayerQueries {
+    /// Append this store to a saved state (shape first, then the contents).
+    pub fn save(&self, w: &mut Writer) {
+        for v in [self.n_head, self.head_dim, self.cap, self.ring_cap] {
+            w.u64(v as u64);
+        }
+        for v in [self.count, self.n_beacons, self.ring_len, self.ring_next] {
+            w.u64(v as u64);
+        }
+        w.f32s(&self.buf);
+        w.i32s(&self.pos);
+        w.f32s(&self.ring_buf);
+        w.i32s(&self.ring_pos);
+    }
+
+    /// Read a store saved by [`LayerQueries::save`] into this one, whose shape must match.
+    pub fn load(&mut self, r: &mut Reader) -> ReadResult<()> {
+        let shape = [self.n_head, self.head_dim, self.cap, self.ring_cap];
+        for (i, want) in shape.into_iter().enumerate() {
+            let got = r.u64()? as usize;
+            if got != want {
+                return Err(format!(
+                    "query store shape differs (field {i}: {got} saved, {want} here)"
+                ));
+            }
+        }
+        let (count, n_beacons) = (r.u64()? as usize, r.u64()? as usize);
+        let (ring_len, ring_next) = (r.u64()? as usize, r.u64()? as usize);
+        if count > self.cap
+            || n_beacons > count
+            || ring_len > self.ring_cap
+            || ring_next > self.ring_cap
+        {
+            return Err("query store counters out of range".into());
+        }
+        r.f32s_into(&mut self.buf)?;
+        r.i32s_into(&mut self.pos)?;
+        r.f32s_into(&mut self.ring_buf)?;
+        r.i32s_into(&mut self.ring_pos)?;
+        (self.count, self.n_beacons, self.ring_len, self.ring_next) =
+            (count, n_beacons, ring_len, ring_next);
+        Ok(())
+    }
 }
 
 impl SeqQueries {

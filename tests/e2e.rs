@@ -82,3 +82,9 @@ fn load_of_eight_sequences_has_no_leak() {
 fn prompt_longer_than_the_budget() {
     e2e(&tiny_model(), "long_prompt", &[]);
 }
+
+#[test]
+fn saved_and_restored_sequence_continues_identically() {
+    let out = e2e(&tiny_model(), "state_roundtrip", &[]);
+    assert!(out.contains("with plugin state): 300 of 300"), "{out}");
+}

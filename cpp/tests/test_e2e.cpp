@@ -439,6 +439,87 @@ bool test_long_prompt(env & e) {
     return true;
 }
 
+// 8. State: a compressed sequence saved with llama.cpp's state API (plus the plugin's own state)
+//    and loaded into a fresh context continues with the same tokens as the uninterrupted run.
+bool test_state_roundtrip(env & e, bool with_plugin_state) {
+    const char * spec_env = getenv("BEACONKV_STATE_SPEC");  // for investigating
+    const std::string spec = spec_env ? spec_env : "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    e.params.n_batch = e.params.n_ubatch = 64;
+    auto prompt = prompt_tokens(e, 24);
+    ctx_ptr a = make_ctx(e, spec, 4096);
+    CHECK(a, "context creation failed");
+    gen_result first;
+    CHECK(generate(e, a.get(), prompt, 200, first), "decode failed");
+    // save: llama.cpp's sequence state, then the plugin's
+    std::vector<uint8_t> kv(llama_state_seq_get_size(a.get(), 0));
+    CHECK(llama_state_seq_get_data(a.get(), kv.data(), kv.size(), 0) == kv.size(), "state_seq_get_data");
+    const beaconkv_context * pa = common_kv_compress_get(a.get());
+    std::vector<uint8_t> plug(beaconkv_seq_state_size(pa, 0));
+    CHECK(!plug.empty() && beaconkv_seq_state_get(pa, 0, plug.data(), plug.size()) == (int64_t) plug.size(),
+          "beaconkv_seq_state_get: %s", beaconkv_last_error(pa));
+    const std::vector<float> last_logits = first.logits.back();
+    // the uninterrupted run goes on
+    auto continue_greedy = [&](llama_context * c, std::vector<float> logits, int n, std::vector<llama_token> & out) {
+        for (int i = 0; i < n; i++) {
+            llama_token t = argmax(logits.data(), e.n_vocab);
+            out.push_back(t);
+            if (!decode(c, &t, 1)) {
+                return false;
+            }
+            const float * l = llama_get_logits_ith(c, -1);
+            logits.assign(l, l + e.n_vocab);
+            if (!spec_env && bkv_tools::seq_cells(c, 0) > 64) {
+                return false;
+            }
+        }
+        return true;
+    };
+    // first.tokens.back() was sampled and decoded already; continue from its logits
+    const float * l = llama_get_logits_ith(a.get(), -1);
+    std::vector<float> a_logits(l, l + e.n_vocab);
+    std::vector<llama_token> rest_a, rest_b;
+    if (getenv("BEACONKV_STATE_DEBUG")) {
+        auto pa_ = list_cells(a.get(), 0).pos;
+        fprintf(stderr, "A at save: %zu cells:", pa_.size());
+        for (auto p : pa_) fprintf(stderr, " %d", p);
+        fprintf(stderr, "\n");
+    }
+    CHECK(continue_greedy(a.get(), a_logits, 300, rest_a), "uninterrupted run failed");
+
+    ctx_ptr b = make_ctx(e, spec, 4096);
+    CHECK(b, "context creation failed");
+    CHECK(llama_state_seq_set_data(b.get(), kv.data(), kv.size(), 0) == kv.size(), "state_seq_set_data");
+    beaconkv_context * pb = common_kv_compress_get(b.get());
+    if (with_plugin_state) {
+        CHECK(beaconkv_seq_state_set(pb, 0, plug.data(), plug.size()) == BEACONKV_OK, "beaconkv_seq_state_set: %s",
+              beaconkv_last_error(pb));
+    }
+    if (getenv("BEACONKV_STATE_DEBUG")) {
+        auto pb_ = list_cells(b.get(), 0).pos;
+        fprintf(stderr, "B after restore: %zu cells:", pb_.size());
+        for (auto p : pb_) fprintf(stderr, " %d", p);
+        fprintf(stderr, "\n");
+    }
+    CHECK(continue_greedy(b.get(), a_logits, 300, rest_b), "restored run failed");
+    int same = 0;
+    while (same < (int) rest_a.size() && rest_a[same] == rest_b[same]) {
+        same++;
+    }
+    printf("state_roundtrip (%s plugin state): %d of %zu continued tokens identical\n",
+           with_plugin_state ? "with" : "without", same, rest_a.size());
+    if (with_plugin_state) {
+        CHECK(same == (int) rest_a.size(), "restored run diverged at token %d", same);
+        // a corrupted blob is refused and changes nothing
+        std::vector<uint8_t> bad = plug;
+        bad[0] ^= 0xff;
+        CHECK(beaconkv_seq_state_set(pb, 0, bad.data(), bad.size()) == BEACONKV_ERR_INVALID, "bad magic accepted");
+        CHECK(beaconkv_seq_state_set(pb, 0, plug.data(), plug.size() / 2) == BEACONKV_ERR_INVALID,
+              "truncated state accepted");
+    }
+    (void) last_logits;
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -483,6 +564,8 @@ int main(int argc, char ** argv) {
         ok = test_query_capture(e);
     } else if (test == "multi_seq:unified" || test == "multi_seq:split") {
         ok = test_multi_seq(e, test == "multi_seq:unified");
+    } else if (test == "state_roundtrip") {
+        ok = test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
     } else if (test == "load") {
         ok = test_load(e);
     } else if (test == "long_prompt") {
