@@ -118,8 +118,14 @@ bool parse_configs(const std::string & list, std::vector<config> & out) {
                 return false;
             }
             c.spec = "policy=" + c.policy + ",budget=" + std::to_string(c.budget);
+            bool has_window = false;
             for (size_t i = 1; i < parts.size(); i++) {
                 c.spec += "," + parts[i];
+                has_window |= parts[i].rfind("window=", 0) == 0;
+            }
+            if (!has_window) {
+                // the default window (64) would not fit small budgets: a quarter of the budget at most
+                c.spec += ",window=" + std::to_string(std::min(64, c.budget / 4));
             }
             beaconkv_params bp = beaconkv_params_default();
             char err[256];
@@ -361,7 +367,7 @@ std::string run_passkey(llama_model * model, const common_params & params, const
         const std::vector<llama_token> toks = common_tokenize(vocab, text, true);
         for (const config & c : cfgs) {
             // Protect only the instruction: the haystack itself is what gets compressed.
-            auto r = make_ctx(model, params, c, (uint32_t) toks.size() + 16, c.policy == "none" ? "" : ",prefix=32");
+            auto r = make_ctx(model, params, c, (uint32_t) toks.size() + 16, c.policy == "none" ? "" : ",prefix=" + std::to_string(std::min(32, c.budget / 4)));
             if (!r) {
                 return "";
             }
