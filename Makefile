@@ -66,7 +66,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 install: build
-	scripts/build-llama.sh --install $(PREFIX)
+	scripts/build-llama.sh install $(PREFIX)
 
 clean:
 	rm -rf build target
