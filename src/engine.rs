@@ -467,6 +467,10 @@ impl Engine {
         target: usize,
     ) -> Result<(), EngineError> {
         let t0 = Instant::now();
+        if self.params.policy.uses_queries() {
+            // K of the last decode call may still be in flight on an asynchronous backend.
+            host.synchronize();
+        }
         let mut stream = 0u32;
         let n = loop {
             let sc = &mut self.scratch;
