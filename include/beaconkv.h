@@ -216,14 +216,16 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
 
 /* ---- hooks the host calls ------------------------------------------------------------------ */
 
-/* Before a decode call places its tokens: n_new[i] tokens will be added to sequence seq_ids[i].
+/* Before a decode call places its tokens: n_new[i] tokens will be added to sequence seq_ids[i],
+ * n_outputs[i] of them requesting logits (n_outputs may be NULL when the host does not know).
  * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
  * Best effort: it never evicts the protected prefix or the window, so a batch larger than
  * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host
  * fails placement with its own message (BEACONKV_ERR_NO_ROOM is reserved, not returned yet).
- * The first call that brings exactly one token to a sequence ends its prompt phase. */
+ * A sequence's prompt phase ends at its first generation step: a call that brings it exactly one
+ * token, or asks for logits of more than one (speculative verification). */
 int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32_t * seq_ids,
-                              const int32_t * n_new);
+                              const int32_t * n_new, const int32_t * n_outputs);
 
 /* After each ubatch was computed: token i has position pos[i] in sequence seq_id[i] (its first
  * sequence) and its query sits in row q_row[i] of every layer's query store (-1 = not captured).

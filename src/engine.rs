@@ -309,19 +309,25 @@ impl Engine {
         err
     }
 
-    /// Hook: `n_new[i]` tokens are about to be placed for `seq_ids[i]`. Makes room (best effort:
-    /// never below prefix + window; the host reports a placement failure itself).
+    /// Hook: `n_new[i]` tokens are about to be placed for `seq_ids[i]`, `n_outputs[i]` of them
+    /// requesting logits (when the host knows). Makes room (best effort: never below prefix +
+    /// window; the host reports a placement failure itself).
+    ///
+    /// The prompt phase of a sequence ends at its first generation step: a call bringing one
+    /// token, or one asking for logits of more than one token (speculative verification).
     pub fn before_batch(
         &mut self,
         host: &mut dyn Host,
         seq_ids: &[i32],
         n_new: &[i32],
+        n_outputs: Option<&[i32]>,
     ) -> Result<(), EngineError> {
         self.describe_final_layers(host);
         self.refresh_layers(host, false);
-        for (&seq, &n) in seq_ids.iter().zip(n_new) {
+        for (i, (&seq, &n)) in seq_ids.iter().zip(n_new).enumerate() {
+            let generating = n == 1 || n_outputs.is_some_and(|o| o.get(i).is_some_and(|&k| k > 1));
             let state = self.seq_entry(seq);
-            if state.phase == Phase::Prompt && n == 1 {
+            if state.phase == Phase::Prompt && generating {
                 state.phase = Phase::Decode;
                 state.prompt_len = (state.stats.pos_max + 1).max(0) as usize;
             }

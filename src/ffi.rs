@@ -553,6 +553,7 @@ pub unsafe extern "C" fn beaconkv_before_batch(
     n_seq: i32,
     seq_ids: *const i32,
     n_new: *const i32,
+    n_outputs: *const i32,
 ) -> i32 {
     require!(ctx => BEACONKV_ERR_NULL);
     if n_seq > 0 {
@@ -569,7 +570,9 @@ pub unsafe extern "C" fn beaconkv_before_batch(
                 std::slice::from_raw_parts(n_new, n),
             )
         };
-        inner.engine.before_batch(&mut inner.host, ids, news)
+        let outs =
+            (n > 0 && !n_outputs.is_null()).then(|| std::slice::from_raw_parts(n_outputs, n));
+        inner.engine.before_batch(&mut inner.host, ids, news, outs)
     })
 }
 

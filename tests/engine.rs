@@ -91,7 +91,7 @@ fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
         k_pre: vec![],
         q_post: vec![],
     };
-    engine.before_batch(&mut host, &[0], &[64]).unwrap();
+    engine.before_batch(&mut host, &[0], &[64], None).unwrap();
     for p in 0..64 {
         write_token(&mut host, &mut rng, &mut toks, p, p as usize, hadamard);
     }
@@ -126,7 +126,7 @@ fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
     expected.extend(middle[..36].iter().map(|&c| c as i32));
     expected.sort_unstable();
 
-    engine.before_batch(&mut host, &[0], &[1]).unwrap(); // 64 + 1 > 64: compress to 48
+    engine.before_batch(&mut host, &[0], &[1], None).unwrap(); // 64 + 1 > 64: compress to 48
     assert_eq!(host.positions(0), expected);
     let st = engine.stats(0);
     assert_eq!(
@@ -161,7 +161,7 @@ fn planted_survive(spec: &str) -> bool {
     u[0] = 1.0;
     let planted = [30, 31, 100];
     for p in 0..400i32 {
-        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
         let cell = host.place(0, p);
         for l in &mut host.layers {
             for (i, (k, &ui)) in l.k[cell * D..(cell + 1) * D].iter_mut().zip(&u).enumerate() {
@@ -203,7 +203,9 @@ fn prompt_phase_sets_prefix_and_fork_inherits() {
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     for chunk in [(0, 10), (10, 10)] {
-        engine.before_batch(&mut host, &[0], &[chunk.1]).unwrap();
+        engine
+            .before_batch(&mut host, &[0], &[chunk.1], None)
+            .unwrap();
         let pos: Vec<i32> = (chunk.0..chunk.0 + chunk.1).collect();
         for &p in &pos {
             host.place(0, p);
@@ -214,7 +216,7 @@ fn prompt_phase_sets_prefix_and_fork_inherits() {
         engine.after_decode(&mut host).unwrap();
     }
     for p in 20..200 {
-        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
         host.place(0, p);
         engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
         engine.after_decode(&mut host).unwrap();
@@ -233,7 +235,7 @@ fn prefix_is_capped_with_one_warning() {
     let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
-    engine.before_batch(&mut host, &[0], &[60]).unwrap();
+    engine.before_batch(&mut host, &[0], &[60], None).unwrap();
     let pos: Vec<i32> = (0..60).collect();
     for &p in &pos {
         host.place(0, p);
@@ -242,7 +244,7 @@ fn prefix_is_capped_with_one_warning() {
         .after_ubatch(&mut host, &pos, &[0; 60], &[-1; 60])
         .unwrap();
     for p in 60..100 {
-        engine.before_batch(&mut host, &[0], &[1]).unwrap();
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
         host.place(0, p);
         engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
     }
@@ -258,7 +260,7 @@ fn host_error_disables_compression() {
     host.fail_evict = true;
     let mut result = Ok(());
     for p in 0..20 {
-        result = engine.before_batch(&mut host, &[0], &[1]);
+        result = engine.before_batch(&mut host, &[0], &[1], None);
         if result.is_err() {
             break;
         }
@@ -288,4 +290,45 @@ fn unusable_layers_are_skipped_and_warned_once() {
         host.logs.iter().filter(|m| m.contains("skipped")).count(),
         2
     );
+}
+
+#[test]
+fn speculative_verification_batches_end_the_prompt_phase() {
+    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
+    let mut engine = Engine::new(params, &mut host);
+    // prompt: 12 tokens, logits for the last only
+    engine
+        .before_batch(&mut host, &[0], &[12], Some(&[1]))
+        .unwrap();
+    let pos: Vec<i32> = (0..12).collect();
+    for &p in &pos {
+        host.place(0, p);
+    }
+    engine
+        .after_ubatch(&mut host, &pos, &[0; 12], &[-1; 12])
+        .unwrap();
+    // generation in verification batches of 5 tokens, each asking for 5 logits
+    let mut next = 12;
+    for _ in 0..40 {
+        engine
+            .before_batch(&mut host, &[0], &[5], Some(&[5]))
+            .unwrap();
+        let pos: Vec<i32> = (next..next + 5).collect();
+        for &p in &pos {
+            host.place(0, p);
+        }
+        engine
+            .after_ubatch(&mut host, &pos, &[0; 5], &[-1; 5])
+            .unwrap();
+        engine.after_decode(&mut host).unwrap();
+        next += 5;
+    }
+    assert_eq!(
+        engine.stats(0).prefix_len,
+        12,
+        "the prompt, not every position, is protected"
+    );
+    let kept = host.positions(0);
+    assert!(kept.len() <= 64 && (0..12).all(|p| kept.contains(&p)));
 }

@@ -85,7 +85,10 @@ fn failing_evict_reports_host_error() {
     unsafe {
         let ctx = beaconkv_context_new(&p, &h, std::ptr::null_mut(), 0);
         let (seq, n) = (0, 1);
-        assert_eq!(beaconkv_before_batch(ctx, 1, &seq, &n), BEACONKV_ERR_HOST);
+        assert_eq!(
+            beaconkv_before_batch(ctx, 1, &seq, &n, std::ptr::null()),
+            BEACONKV_ERR_HOST
+        );
         assert!(last_error(ctx).contains("seq_evict"), "{}", last_error(ctx));
         assert!(!beaconkv_is_enabled(ctx));
         beaconkv_context_free(ctx);

@@ -520,6 +520,74 @@ bool test_state_roundtrip(env & e, bool with_plugin_state) {
     return true;
 }
 
+// 9. Speculative decoding the way llama-server does it: a draft context (made from the same
+//    params, so it gets its own plugin) proposes tokens, the compressed target verifies them in
+//    one batch, rejected tokens are rolled back with llama_memory_seq_rm in both. Each context
+//    evicts only its own cells; the output is the target's greedy choice at every position.
+bool test_speculative(env & e) {
+    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    e.params.n_batch = e.params.n_ubatch = 64;
+    ctx_ptr tgt = make_ctx(e, spec, 4096);
+    ctx_ptr dft = make_ctx(e, spec, 4096);
+    CHECK(tgt && dft, "context creation failed");
+    auto prompt = prompt_tokens(e, 20);
+    CHECK(decode(tgt.get(), prompt.data(), (int) prompt.size()), "target prompt");
+    CHECK(decode(dft.get(), prompt.data(), (int) prompt.size()), "draft prompt");
+    llama_token last = argmax(llama_get_logits_ith(tgt.get(), -1), e.n_vocab);
+    llama_pos pos = (llama_pos) prompt.size();
+    const int k = 4;
+    int generated = 0, accepted_total = 0, rounds = 0;
+    llama_batch b = llama_batch_init(k + 1, 0, 1);
+    while (generated < 400) {
+        // draft k tokens greedily
+        std::vector<llama_token> draft;
+        llama_token t = last;
+        for (int i = 0; i < k; i++) {
+            CHECK(llama_decode(dft.get(), llama_batch_get_one(&t, 1)) == 0, "draft decode");
+            t = argmax(llama_get_logits_ith(dft.get(), -1), e.n_vocab);
+            draft.push_back(t);
+        }
+        // verify [last, d0..d(k-1)] in one target batch
+        common_batch_clear(b);
+        common_batch_add(b, last, pos, {0}, true);
+        for (int i = 0; i < k; i++) {
+            common_batch_add(b, draft[i], pos + 1 + i, {0}, true);
+        }
+        CHECK(llama_decode(tgt.get(), b) == 0, "target verify decode");
+        int n_acc = 0;
+        llama_token next = argmax(llama_get_logits_ith(tgt.get(), 0), e.n_vocab);
+        while (n_acc < k && draft[n_acc] == next) {
+            n_acc++;
+            next = argmax(llama_get_logits_ith(tgt.get(), n_acc), e.n_vocab);
+        }
+        // keep last + accepted drafts; roll back the rest in both contexts
+        pos += 1 + n_acc;
+        CHECK(llama_memory_seq_rm(llama_get_memory(tgt.get()), 0, pos, -1), "target rollback");
+        CHECK(llama_memory_seq_rm(llama_get_memory(dft.get()), 0, pos, -1), "draft rollback");
+        CHECK(llama_memory_seq_pos_max(llama_get_memory(tgt.get()), 0) == pos - 1, "target tail");
+        CHECK(llama_memory_seq_pos_max(llama_get_memory(dft.get()), 0) <= pos - 1, "draft tail");
+        if (n_acc == k) {
+            // the draft never saw its last accepted token: feed it so both stay aligned
+            CHECK(llama_decode(dft.get(), llama_batch_get_one(&draft[k - 1], 1)) == 0, "draft catch-up");
+        }
+        CHECK(bkv_tools::seq_cells(tgt.get(), 0) <= 64, "target cells above budget");
+        CHECK(bkv_tools::seq_cells(dft.get(), 0) <= 64, "draft cells above budget");
+        last = next;
+        generated += 1 + n_acc;
+        accepted_total += n_acc;
+        rounds++;
+    }
+    llama_batch_free(b);
+    beaconkv_stats st_t{}, st_d{};
+    beaconkv_get_stats(common_kv_compress_get(tgt.get()), 0, &st_t);
+    beaconkv_get_stats(common_kv_compress_get(dft.get()), 0, &st_d);
+    CHECK(st_t.pos_max < pos && st_t.compress_events > 0 && st_d.compress_events > 0, "plugin state off");
+    printf("speculative: %d tokens in %d rounds, %.2f drafts accepted per round; target evicted %llu, draft %llu\n",
+           generated, rounds, (double) accepted_total / rounds, (unsigned long long) st_t.evicted,
+           (unsigned long long) st_d.evicted);
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -566,6 +634,8 @@ int main(int argc, char ** argv) {
         ok = test_multi_seq(e, test == "multi_seq:unified");
     } else if (test == "state_roundtrip") {
         ok = test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
+    } else if (test == "speculative") {
+        ok = test_speculative(e);
     } else if (test == "load") {
         ok = test_load(e);
     } else if (test == "long_prompt") {

@@ -166,7 +166,7 @@ static int has_pos(const host_t * h, int32_t seq, int32_t p) {
 /* Place n tokens of seq at positions p0.., write their K and queries, run the hooks. */
 static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, int32_t n) {
     CHECK(n <= Q_ROWS, "ubatch too large");
-    CHECK(beaconkv_before_batch(ctx, 1, &seq, &n) == BEACONKV_OK, "before_batch: %s",
+    CHECK(beaconkv_before_batch(ctx, 1, &seq, &n, NULL) == BEACONKV_OK, "before_batch: %s",
           beaconkv_last_error(ctx));
     int32_t pos[Q_ROWS], sid[Q_ROWS], qrow[Q_ROWS];
     int placed = 0;
@@ -354,10 +354,10 @@ static void test_nulls(void) {
     CHECK(beaconkv_context_params(NULL, &p) == BEACONKV_ERR_NULL, "params ctx");
     CHECK(beaconkv_context_params(ctx, NULL) == BEACONKV_ERR_NULL, "params out");
     CHECK(beaconkv_refresh_layers(NULL) == BEACONKV_ERR_NULL, "refresh");
-    CHECK(beaconkv_before_batch(NULL, 1, &zero, &one) == BEACONKV_ERR_NULL, "before ctx");
-    CHECK(beaconkv_before_batch(ctx, 1, NULL, &one) == BEACONKV_ERR_NULL, "before ids");
-    CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL) == BEACONKV_ERR_NULL, "before n_new");
-    CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL) == BEACONKV_OK, "empty batch");
+    CHECK(beaconkv_before_batch(NULL, 1, &zero, &one, NULL) == BEACONKV_ERR_NULL, "before ctx");
+    CHECK(beaconkv_before_batch(ctx, 1, NULL, &one, NULL) == BEACONKV_ERR_NULL, "before ids");
+    CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL, NULL) == BEACONKV_ERR_NULL, "before n_new");
+    CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL, NULL) == BEACONKV_OK, "empty batch");
     CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
     CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
     CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
