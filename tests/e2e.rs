@@ -88,3 +88,9 @@ fn saved_and_restored_sequence_continues_identically() {
     let out = e2e(&tiny_model(), "state_roundtrip", &[]);
     assert!(out.contains("with plugin state): 300 of 300"), "{out}");
 }
+
+#[test]
+fn speculative_decoding_with_a_compressed_draft_and_target() {
+    let out = e2e(&tiny_model(), "speculative", &[]);
+    assert!(out.contains("ok speculative"), "{out}");
+}
