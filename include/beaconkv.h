@@ -74,6 +74,8 @@ typedef struct beaconkv_params {
     int32_t  span;       /* [span]    score pooling width in cells (1 = off, odd); default 1            */
     int32_t  q_capacity; /* [qcap]    query rows the host captures per ubatch; default 64               */
     uint64_t seed;       /* [seed]    seed of the random policy; default 42                             */
+    int32_t  read_copy;  /* [read]    0 = auto (read host memory directly), 1 = copy: always go through
+                                      host->read_rows, the path device/remote buffers take (testing)    */
 } beaconkv_params;
 
 /* Description of one attention layer of the evictable cache, filled by the host. */

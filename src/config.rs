@@ -101,6 +101,9 @@ pub struct Params {
     pub span: usize,
     pub q_capacity: usize,
     pub seed: u64,
+    /// Read K and queries through the host's `read_rows` copy even when they are in host memory
+    /// (the path device and remote buffers take); for testing and measuring that path.
+    pub read_copy: bool,
 }
 
 impl Default for Params {
@@ -117,14 +120,15 @@ impl Default for Params {
             span: 1,
             q_capacity: 64,
             seed: 42,
+            read_copy: false,
         }
     }
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 11] = [
+pub const KEYS: [&str; 12] = [
     "policy", "budget", "min", "beacons", "recent", "window", "prefix", "reduce", "span", "qcap",
-    "seed",
+    "seed", "read",
 ];
 
 /// Largest value an `int32_t` field of `beaconkv_params` can hold.
@@ -368,6 +372,18 @@ impl Params {
             "span" => self.span = uint(I32_MAX)? as usize,
             "qcap" => self.q_capacity = uint(I32_MAX)? as usize,
             "seed" => self.seed = uint(u64::MAX)?,
+            "read" => {
+                self.read_copy = match value {
+                    "auto" => false,
+                    "copy" => true,
+                    _ => {
+                        return Err(ConfigError::new(
+                            "read",
+                            format!("'{value}' is not a read path; allowed: auto, copy"),
+                        ))
+                    }
+                }
+            }
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -380,7 +396,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={},read={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -391,7 +407,8 @@ impl Params {
             self.reduce.name(),
             self.span,
             self.q_capacity,
-            self.seed
+            self.seed,
+            if self.read_copy { "copy" } else { "auto" }
         )
     }
 }

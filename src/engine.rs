@@ -198,7 +198,7 @@ impl Engine {
             if !self.params.policy.uses_queries() {
                 continue;
             }
-            match LayerDesc::from_raw(i, &raw, has_read_rows) {
+            match LayerDesc::from_raw(i, &raw, has_read_rows, self.params.read_copy) {
                 Ok(desc) => self.layers.push(desc),
                 Err(why) => {
                     if self.warned_layers.insert(i) {

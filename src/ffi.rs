@@ -42,6 +42,7 @@ pub struct beaconkv_params {
     pub span: i32,
     pub q_capacity: i32,
     pub seed: u64,
+    pub read_copy: i32,
 }
 
 /// `beaconkv_layer`.
@@ -289,6 +290,7 @@ impl beaconkv_params {
             span: p.span as i32,
             q_capacity: p.q_capacity as i32,
             seed: p.seed,
+            read_copy: p.read_copy as i32,
         }
     }
 
@@ -334,6 +336,11 @@ impl beaconkv_params {
             span: uint("span", self.span)?,
             q_capacity: uint("qcap", self.q_capacity)?,
             seed: self.seed,
+            read_copy: match self.read_copy {
+                0 => false,
+                1 => true,
+                v => return Err(err("read", format!("{v} is not 0 (auto) or 1 (copy)"))),
+            },
         };
         p.validate()?;
         Ok(p)

@@ -141,8 +141,14 @@ impl LayerDesc {
         self.n_head / self.n_head_kv
     }
 
-    /// Validate a host description; `Err` says why the layer cannot be scored.
-    pub fn from_raw(host_index: i32, raw: &RawLayer, has_read_rows: bool) -> Result<Self, String> {
+    /// Validate a host description; `Err` says why the layer cannot be scored. `force_copy`
+    /// reads through `read_rows` even where host memory could be read directly.
+    pub fn from_raw(
+        host_index: i32,
+        raw: &RawLayer,
+        has_read_rows: bool,
+        force_copy: bool,
+    ) -> Result<Self, String> {
         let dims_ok = raw.head_dim > 0 && raw.n_head > 0 && raw.n_head_kv > 0;
         if !dims_ok || raw.n_head % raw.n_head_kv != 0 {
             return Err(format!(
@@ -159,11 +165,11 @@ impl LayerDesc {
                 k_type.name()
             ));
         }
-        let k_direct = raw.k_on_host && !raw.k_data.is_null();
+        let k_direct = !force_copy && raw.k_on_host && !raw.k_data.is_null();
         if !k_direct && !has_read_rows {
             return Err("K is not in host memory and the host has no read_rows".into());
         }
-        let q_direct = raw.q_on_host && !raw.q_data.is_null();
+        let q_direct = !force_copy && raw.q_on_host && !raw.q_data.is_null();
         if !q_direct && !has_read_rows {
             return Err(
                 "the query store is not in host memory and the host has no read_rows".into(),

@@ -94,3 +94,9 @@ fn speculative_decoding_with_a_compressed_draft_and_target() {
     let out = e2e(&tiny_model(), "speculative", &[]);
     assert!(out.contains("ok speculative"), "{out}");
 }
+
+#[test]
+fn copy_path_for_non_host_buffers_matches_the_direct_path() {
+    let out = e2e(&tiny_model(), "copy_path", &[]);
+    assert!(out.contains("identical decisions"), "{out}");
+}

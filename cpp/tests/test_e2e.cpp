@@ -588,6 +588,34 @@ bool test_speculative(env & e) {
     return true;
 }
 
+// 10. The copy path (read_rows through ggml_backend_tensor_get, what device and remote buffers
+//     need) makes exactly the decisions of the direct path; prints its cost per compression.
+bool test_copy_path(env & e) {
+    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    e.params.n_batch = e.params.n_ubatch = 64;
+    ctx_ptr direct = make_ctx(e, spec, 4096);
+    ctx_ptr copy = make_ctx(e, spec + ",read=copy", 4096);
+    CHECK(direct && copy, "context creation failed");
+    auto prompt = prompt_tokens(e, 24);
+    CHECK(decode(direct.get(), prompt.data(), (int) prompt.size()), "prompt");
+    CHECK(decode(copy.get(), prompt.data(), (int) prompt.size()), "prompt");
+    for (int i = 0; i < 400; i++) {
+        llama_token t = argmax(llama_get_logits_ith(direct.get(), -1), e.n_vocab);
+        CHECK(t == argmax(llama_get_logits_ith(copy.get(), -1), e.n_vocab), "tokens differ at step %d", i);
+        CHECK(decode(direct.get(), &t, 1) && decode(copy.get(), &t, 1), "decode");
+        CHECK(list_cells(direct.get(), 0).pos == list_cells(copy.get(), 0).pos, "kept positions differ at %d", i);
+    }
+    beaconkv_stats a{}, b{};
+    beaconkv_get_stats(common_kv_compress_get(direct.get()), 0, &a);
+    beaconkv_get_stats(common_kv_compress_get(copy.get()), 0, &b);
+    CHECK(a.compress_events > 0 && a.compress_events == b.compress_events, "events %llu vs %llu",
+          (unsigned long long) a.compress_events, (unsigned long long) b.compress_events);
+    printf("copy_path: identical decisions; per compression %.3f ms direct, %.3f ms copy; capture %.3f vs %.3f ms/token\n",
+           a.ms_score / a.compress_events, b.ms_score / b.compress_events, a.ms_capture / a.n_tokens,
+           b.ms_capture / b.n_tokens);
+    return true;
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -634,6 +662,8 @@ int main(int argc, char ** argv) {
         ok = test_multi_seq(e, test == "multi_seq:unified");
     } else if (test == "state_roundtrip") {
         ok = test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
+    } else if (test == "copy_path") {
+        ok = test_copy_path(e);
     } else if (test == "speculative") {
         ok = test_speculative(e);
     } else if (test == "load") {
