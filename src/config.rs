@@ -308,6 +308,13 @@ impl Params {
                     ))
                 }
             };
+            if key.is_empty() {
+                // Name the whole item: an empty key name would read "beaconkv: : ...".
+                return Err(ConfigError::new(
+                    item,
+                    format!("empty key before '='; valid keys: {}", KEYS.join(", ")),
+                ));
+            }
             let Some(&key) = KEYS.iter().find(|k| **k == key) else {
                 return Err(ConfigError::new(
                     key,
@@ -497,6 +504,18 @@ mod tests {
         assert_names("prefix=x", "prefix");
         assert_names("seed=-1", "seed");
         assert_names("budget=99999999999", "budget");
+    }
+
+    /// Found by the `spec_parser` fuzzer: "=5" was reported as "beaconkv: : unknown key", an
+    /// error that names no key.
+    #[test]
+    fn empty_key_names_the_item() {
+        for spec in ["=5", "budget=512, =5", " = "] {
+            let e = err(spec);
+            assert!(!e.key.trim().is_empty(), "{spec}: {e}");
+            assert!(e.message.contains("empty key"), "{spec}: {e}");
+        }
+        assert_eq!(err("budget=512,=5").key, "=5");
     }
 
     #[test]

@@ -267,9 +267,11 @@ impl Engine {
         self.seqs.get_mut(&seq).expect("inserted above")
     }
 
-    /// Protected prefix of a sequence, capped so that prefix + window fits in `budget_min`.
+    /// Protected prefix of a sequence, capped so that everything selection protects (prefix,
+    /// window, and the newest cell even when `window` is 0) fits in `budget_min`.
     fn effective_prefix(&mut self, seq: i32, host: &mut dyn Host) -> usize {
-        let cap = self.params.effective_min() - self.params.window;
+        // validate() guarantees min >= window + 1, so this does not underflow.
+        let cap = self.params.effective_min() - self.params.window.max(1);
         let state = &self.seqs[&seq];
         let wanted = match self.params.prefix {
             Prefix::First(n) => n,

@@ -175,6 +175,15 @@ impl LayerDesc {
                 "the query store is not in host memory and the host has no read_rows".into(),
             );
         }
+        // The scorer applies the same rotation to queries: a block that is not a power of two
+        // dividing head_dim cannot be what llama.cpp stored (and would trip its asserts).
+        let hadamard_n = raw.hadamard_n.max(0) as usize;
+        if hadamard_n > 0 && (!hadamard_n.is_power_of_two() || !head_dim.is_multiple_of(hadamard_n))
+        {
+            return Err(format!(
+                "Hadamard block {hadamard_n} is not a power of two dividing head_dim {head_dim}"
+            ));
+        }
         let rope = match Rope::mode_from_ggml(raw.rope_mode) {
             Some(mode) if raw.rope_n_dims > 0 && raw.rope_n_dims as usize <= head_dim => {
                 let n_dims = raw.rope_n_dims as usize;
@@ -212,7 +221,7 @@ impl LayerDesc {
             q_nb1: raw.q_nb1,
             q_direct,
             rope,
-            hadamard_n: raw.hadamard_n.max(0) as usize,
+            hadamard_n,
         })
     }
 }

@@ -252,6 +252,34 @@ fn prefix_is_capped_with_one_warning() {
     assert_eq!(host.logs.iter().filter(|m| m.contains("capped")).count(), 1);
 }
 
+/// Found by the `c_abi_sequence` fuzzer: with `prefix=prompt`, `window=0` and `min=budget`, the
+/// prompt prefix was capped at `min - window = budget`, and selection also keeps the newest cell,
+/// so a long prompt left `budget + 1` cells after `after_decode`.
+#[test]
+fn prompt_prefix_cap_leaves_room_for_the_newest_cell() {
+    let params = Params::parse("random,budget=10,min=10,window=0,prefix=prompt").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 64, 8);
+    let mut engine = Engine::new(params, &mut host);
+    engine.before_batch(&mut host, &[0], &[12], None).unwrap();
+    let pos: Vec<i32> = (0..12).collect();
+    for &p in &pos {
+        host.place(0, p);
+    }
+    engine
+        .after_ubatch(&mut host, &pos, &[0; 12], &[-1; 12])
+        .unwrap();
+    engine.after_decode(&mut host).unwrap();
+    for p in 12..30 {
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+        let n = host.positions(0).len();
+        assert!(n <= 10, "{n} cells > budget 10 at position {p}");
+    }
+    assert_eq!(engine.stats(0).prefix_len, 9);
+}
+
 #[test]
 fn host_error_disables_compression() {
     let params = Params::parse("random,budget=16,min=12,window=4,prefix=2").unwrap();
@@ -331,4 +359,27 @@ fn speculative_verification_batches_end_the_prompt_phase() {
     );
     let kept = host.positions(0);
     assert!(kept.len() <= 64 && (0..12).all(|p| kept.contains(&p)));
+}
+
+/// Found by the `c_abi_sequence` fuzzer: a layer reporting a Hadamard block that is not a power of
+/// two dividing head_dim was accepted, and the first scoring pass hit the assert in
+/// `hadamard_inplace`, a panic that disabled compression for the context. Such layers are now
+/// skipped like any other unusable layer.
+#[test]
+fn bad_hadamard_block_skips_the_layer() {
+    let params = Params::parse("beacon,budget=128").unwrap();
+    let mut host = FakeHost::new(3, 2, 1, D, 64, 8);
+    host.layers[0].raw.hadamard_n = 3;
+    host.layers[1].raw.hadamard_n = 2 * D as i32;
+    host.layers[2].raw.hadamard_n = D as i32 / 2;
+    let engine = Engine::new(params, &mut host);
+    assert_eq!(engine.layers().len(), 1);
+    assert_eq!(engine.layers()[0].hadamard_n, D / 2);
+    assert_eq!(
+        host.logs
+            .iter()
+            .filter(|m| m.contains("Hadamard block"))
+            .count(),
+        2
+    );
 }

@@ -2,7 +2,7 @@
  *
  * The host owns a cell table (position + owning sequence per cell), f16 K tensors per layer and an
  * f32 query store per layer, like the patched llama.cpp does. Every policy runs a 100-token prompt
- * in chunks and then 2000 single-token decode steps with budget 256, checking the invariants after
+ * in chunks and then 2000 (or argv[1]) single-token decode steps with budget 256, checking the invariants after
  * each step. Exit status 0 = all checks passed. */
 #include "../../include/beaconkv.h"
 
@@ -18,11 +18,12 @@
 #define N_CELLS 4096
 #define Q_ROWS 64
 #define PROMPT 100
-#define STEPS 2000
+#define STEPS 2000 /* default; argv[1] overrides (fewer under valgrind) */
 #define BUDGET 256
 #define WINDOW 64
 
 static int g_failures = 0;
+static int g_steps = STEPS;
 #define CHECK(cond, ...)                                                              \
     do {                                                                              \
         if (!(cond)) {                                                                \
@@ -151,6 +152,14 @@ static beaconkv_host make_host(host_t * h) {
     return host;
 }
 
+/* Field by field: beaconkv_params has padding bytes that memcmp would compare. */
+static int params_equal(const beaconkv_params * a, const beaconkv_params * b) {
+    return a->policy == b->policy && a->budget == b->budget && a->budget_min == b->budget_min &&
+           a->n_beacons == b->n_beacons && a->n_recent == b->n_recent && a->window == b->window &&
+           a->prefix == b->prefix && a->reduce == b->reduce && a->span == b->span &&
+           a->q_capacity == b->q_capacity && a->seed == b->seed && a->read_copy == b->read_copy;
+}
+
 static int count_cells(const host_t * h, int32_t seq) {
     int n = 0;
     for (int c = 0; c < N_CELLS; c++) n += h->seq[c] == seq;
@@ -214,7 +223,7 @@ static void run_policy(const char * spec) {
     }
     CHECK(next == PROMPT, "prompt length");
 
-    for (int step = 0; step < STEPS; step++) {
+    for (int step = 0; step < g_steps; step++) {
         decode(ctx, &h, seq, next, 1);
         next++;
         int cells = count_cells(&h, seq);
@@ -294,7 +303,7 @@ static void test_config(void) {
         CHECK(beaconkv_params_parse(bad[i][0], &q, err, sizeof(err)) == BEACONKV_ERR_INVALID, "%s accepted",
               bad[i][0]);
         CHECK(strstr(err, bad[i][1]) != NULL, "'%s' -> '%s' does not name %s", bad[i][0], err, bad[i][1]);
-        CHECK(memcmp(&q, &p, sizeof(q)) == 0, "params changed on error");
+        CHECK(params_equal(&q, &p), "params changed on error");
     }
     /* truncation keeps the NUL */
     char tiny[8];
@@ -309,12 +318,7 @@ static void test_config(void) {
     CHECK(need > 0 && (size_t)need == strlen(buf), "format length");
     beaconkv_params r = beaconkv_params_default();
     CHECK(beaconkv_params_parse(buf, &r, err, sizeof(err)) == BEACONKV_OK, "%s", err);
-    /* field by field: the struct has padding bytes */
-    CHECK(q.policy == r.policy && q.budget == r.budget && q.budget_min == r.budget_min &&
-              q.n_beacons == r.n_beacons && q.n_recent == r.n_recent && q.window == r.window &&
-              q.prefix == r.prefix && q.reduce == r.reduce && q.span == r.span && q.q_capacity == r.q_capacity &&
-              q.seed == r.seed && q.read_copy == r.read_copy,
-          "format round trip: %s", buf);
+    CHECK(params_equal(&q, &r), "format round trip: %s", buf);
     CHECK(beaconkv_params_format(&q, buf, 4) == need && strlen(buf) == 3, "format truncation");
 
     CHECK(strcmp(beaconkv_policy_name(BEACONKV_POLICY_BEACON), "beacon") == 0, "policy name");
@@ -380,7 +384,9 @@ static void test_nulls(void) {
     free(h);
 }
 
-int main(void) {
+int main(int argc, char ** argv) {
+    if (argc > 1) g_steps = atoi(argv[1]);
+    CHECK(g_steps > BUDGET, "steps %d must exceed the budget %d", g_steps, BUDGET);
     test_config();
     test_nulls();
     const char * specs[] = {
