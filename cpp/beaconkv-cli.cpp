@@ -130,7 +130,7 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
     beaconkv_params bp{};
     beaconkv_context_params(bctx, &bp);
     s.policy = beaconkv_policy_name(bp.policy);
-    s.budget = bp.budget;
+    s.budget = bp.policy == BEACONKV_POLICY_NONE ? 0 : bp.budget;  // none keeps every cell
     beaconkv_stats st{};
     if (beaconkv_get_stats(bctx, 0, &st) == BEACONKV_OK) {
         s.evicted = st.evicted;

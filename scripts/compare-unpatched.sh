@@ -29,7 +29,7 @@ else
 fi
 
 build_dump() {  # src build out
-    g++ -O1 -x c "$ROOT/cpp/tests/logits_dump.c" -I"$1/include" -I"$1/ggml/include" \
+    g++ -O1 -x c "$ROOT/cpp/tests/logits_dump.c" -x none -I"$1/include" -I"$1/ggml/include" \
         "$2/src/libllama.a" "$2/ggml/src/libggml.a" "$2/ggml/src/libggml-cpu.a" "$2/ggml/src/libggml-base.a" \
         -lstdc++ -lgomp -lm -lpthread -o "$3"
 }
