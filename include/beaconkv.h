@@ -76,6 +76,8 @@ typedef struct beaconkv_params {
     uint64_t seed;       /* [seed]    seed of the random policy; default 42                             */
     int32_t  read_copy;  /* [read]    0 = auto (read host memory directly), 1 = copy: always go through
                                       host->read_rows, the path device/remote buffers take (testing)    */
+    int32_t  score;      /* [score]   0 = logit: max of q·k/sqrt(d) (the method); 1 = prob: max of the
+                                      query's attention probability (log-softmax over the cells)        */
 } beaconkv_params;
 
 /* Description of one attention layer of the evictable cache, filled by the host. */

@@ -104,6 +104,9 @@ pub struct Params {
     /// Read K and queries through the host's `read_rows` copy even when they are in host memory
     /// (the path device and remote buffers take); for testing and measuring that path.
     pub read_copy: bool,
+    /// Score cells by attention probability (per-query log-softmax over the sequence's cells)
+    /// instead of the raw logit q·k/√d of the method; see docs/engine.md for the measurements.
+    pub score_prob: bool,
 }
 
 impl Default for Params {
@@ -121,14 +124,15 @@ impl Default for Params {
             q_capacity: 64,
             seed: 42,
             read_copy: false,
+            score_prob: false,
         }
     }
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 12] = [
+pub const KEYS: [&str; 13] = [
     "policy", "budget", "min", "beacons", "recent", "window", "prefix", "reduce", "span", "qcap",
-    "seed", "read",
+    "seed", "read", "score",
 ];
 
 /// Largest value an `int32_t` field of `beaconkv_params` can hold.
@@ -391,6 +395,18 @@ impl Params {
                     }
                 }
             }
+            "score" => {
+                self.score_prob = match value {
+                    "logit" => false,
+                    "prob" => true,
+                    _ => {
+                        return Err(ConfigError::new(
+                            "score",
+                            format!("'{value}' is not a score; allowed: logit, prob"),
+                        ))
+                    }
+                }
+            }
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -403,7 +419,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={},read={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={},read={},score={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -415,7 +431,8 @@ impl Params {
             self.span,
             self.q_capacity,
             self.seed,
-            if self.read_copy { "copy" } else { "auto" }
+            if self.read_copy { "copy" } else { "auto" },
+            if self.score_prob { "prob" } else { "logit" }
         )
     }
 }

@@ -520,6 +520,7 @@ impl Engine {
             layers,
             queries: &state.queries,
             seed: params.seed,
+            prob: params.score_prob,
         };
         sc.rows.reset(n);
         scorer

@@ -43,6 +43,7 @@ pub struct beaconkv_params {
     pub q_capacity: i32,
     pub seed: u64,
     pub read_copy: i32,
+    pub score: i32,
 }
 
 /// `beaconkv_layer`.
@@ -291,6 +292,7 @@ impl beaconkv_params {
             q_capacity: p.q_capacity as i32,
             seed: p.seed,
             read_copy: p.read_copy as i32,
+            score: p.score_prob as i32,
         }
     }
 
@@ -340,6 +342,11 @@ impl beaconkv_params {
                 0 => false,
                 1 => true,
                 v => return Err(err("read", format!("{v} is not 0 (auto) or 1 (copy)"))),
+            },
+            score_prob: match self.score {
+                0 => false,
+                1 => true,
+                v => return Err(err("score", format!("{v} is not 0 (logit) or 1 (prob)"))),
             },
         };
         p.validate()?;

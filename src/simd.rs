@@ -23,6 +23,25 @@ pub fn max_dot(queries: &[f32], k: &[f32]) -> f32 {
     max_dot_generic(queries, k)
 }
 
+/// `out[i] = queries[i*d..(i+1)*d] · k` for every query (`out.len()` = number of queries).
+pub fn dots(queries: &[f32], k: &[f32], out: &mut [f32]) {
+    let d = k.len();
+    assert!(
+        d > 0 && queries.len() == out.len() * d,
+        "dots: shapes disagree"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if d.is_multiple_of(8) && has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are checked.
+            return unsafe { dots_avx2(queries, k, out) };
+        }
+    }
+    for (o, q) in out.iter_mut().zip(queries.chunks_exact(d)) {
+        *o = dot(q, k);
+    }
+}
+
 /// Portable version (and the reference the AVX2 kernel is tested against).
 pub fn max_dot_generic(queries: &[f32], k: &[f32]) -> f32 {
     queries
@@ -80,6 +99,41 @@ unsafe fn max_dot_avx2(queries: &[f32], k: &[f32]) -> f32 {
     m
 }
 
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_avx2(queries: &[f32], k: &[f32], out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = k.len();
+    let nq = out.len();
+    let kp = k.as_ptr();
+    let mut i = 0;
+    while i + 4 <= nq {
+        let q = queries.as_ptr().add(i * d);
+        let (mut a0, mut a1, mut a2, mut a3) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let mut j = 0;
+        while j < d {
+            let kv = _mm256_loadu_ps(kp.add(j));
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(j)), kv, a0);
+            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(d + j)), kv, a1);
+            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(2 * d + j)), kv, a2);
+            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(3 * d + j)), kv, a3);
+            j += 8;
+        }
+        let h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+        let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        _mm_storeu_ps(out.as_mut_ptr().add(i), sums);
+        i += 4;
+    }
+    for r in i..nq {
+        out[r] = dot(&queries[r * d..(r + 1) * d], k);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,6 +162,25 @@ mod tests {
                     assert!(
                         (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
                         "d={d} nq={nq}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn dots_match_the_scalar_dot() {
+        for d in [8, 64, 12] {
+            for nq in 0..9 {
+                let q = data(nq * d, 7 + nq as u32);
+                let k = data(d, 5);
+                let mut out = vec![0.0; nq];
+                dots(&q, &k, &mut out);
+                for (i, o) in out.iter().enumerate() {
+                    let want = dot(&q[i * d..(i + 1) * d], &k);
+                    assert!(
+                        (o - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "d={d} nq={nq} i={i}"
                     );
                 }
             }

@@ -10,7 +10,7 @@ use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
-use crate::simd::max_dot;
+use crate::simd::{dots, max_dot};
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
@@ -24,6 +24,11 @@ pub struct AttentionKernel {
     k_row: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
+    /// Probability scoring: `[kv head][cell][query of the group]` logits of one layer.
+    logits: Vec<f32>,
+    /// Probability scoring: log-sum-exp over the cells, per (kv head, query), and a sum buffer.
+    lse: Vec<f32>,
+    sums: Vec<f32>,
 }
 
 impl AttentionKernel {
@@ -93,6 +98,9 @@ impl AttentionKernel {
                 }
             }
             self.k_row.resize(d, 0.0);
+            if ctx.prob {
+                self.logits.resize(n_kv * n * per_group, 0.0);
+            }
             let out = rows.add_rows(n_kv);
             for (c, &cell) in ctx.cells.iter().enumerate() {
                 for g in 0..n_kv {
@@ -114,10 +122,52 @@ impl AttentionKernel {
                     } else {
                         &self.k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
                     };
-                    out[g * n + c] = max_dot(&self.queries[g * group_len..(g + 1) * group_len], k);
+                    let group = &self.queries[g * group_len..(g + 1) * group_len];
+                    if ctx.prob {
+                        let at = (g * n + c) * per_group;
+                        dots(group, k, &mut self.logits[at..at + per_group]);
+                    } else {
+                        out[g * n + c] = max_dot(group, k);
+                    }
                 }
+            }
+            if ctx.prob {
+                self.log_probabilities(n, n_kv, per_group, out);
             }
         }
         Ok(())
+    }
+
+    /// From this layer's logits, `out[g*n + c]` = the largest log attention probability any query
+    /// of group g gives cell c (each query normalised over the sequence's cells), so queries with
+    /// large norms no longer dominate and heads become comparable.
+    fn log_probabilities(&mut self, n: usize, n_kv: usize, per_group: usize, out: &mut [f32]) {
+        self.lse.resize(per_group, 0.0);
+        self.sums.resize(per_group, 0.0);
+        for g in 0..n_kv {
+            let rows = &self.logits[g * n * per_group..(g + 1) * n * per_group];
+            let (lse, sums) = (&mut self.lse, &mut self.sums);
+            lse.fill(f32::NEG_INFINITY);
+            sums.fill(0.0);
+            for row in rows.chunks_exact(per_group) {
+                for (m, &v) in lse.iter_mut().zip(row) {
+                    *m = m.max(v);
+                }
+            }
+            for row in rows.chunks_exact(per_group) {
+                for ((s, &v), &m) in sums.iter_mut().zip(row).zip(lse.iter()) {
+                    *s += (v - m).exp();
+                }
+            }
+            for (m, s) in lse.iter_mut().zip(sums.iter()) {
+                *m += s.ln();
+            }
+            for (c, row) in rows.chunks_exact(per_group).enumerate() {
+                out[g * n + c] = row
+                    .iter()
+                    .zip(lse.iter())
+                    .fold(f32::NEG_INFINITY, |best, (&v, &l)| best.max(v - l));
+            }
+        }
     }
 }

@@ -29,6 +29,8 @@ pub struct ScoreCtx<'a> {
     pub layers: &'a [LayerDesc],
     pub queries: &'a SeqQueries,
     pub seed: u64,
+    /// Score by attention probability (per-query log-softmax over the cells) instead of logit.
+    pub prob: bool,
 }
 
 /// Rows of scores, each `n_cols` (= cells) long, stored contiguously and reused between passes.
