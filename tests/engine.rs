@@ -83,7 +83,17 @@ fn host_with_rope(via_read_rows: bool, hadamard: bool) -> FakeHost {
 /// Recent policy with one recent query: a cell's score is the last query (at its own position)
 /// dotted with the cell's stored K, so the reference needs no RoPE code at all.
 fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
-    let params = Params::parse("recent,recent=1,budget=64,min=48,window=8,prefix=4").unwrap();
+    kept_vs_reference_scored(via_read_rows, hadamard, false);
+}
+
+/// `prob`: cells scored by each head's log attention probability (log-softmax over all cells of
+/// q·k/sqrt(d)) instead of the raw logit.
+fn kept_vs_reference_scored(via_read_rows: bool, hadamard: bool, prob: bool) {
+    let spec = format!(
+        "recent,recent=1,budget=64,min=48,window=8,prefix=4,score={}",
+        if prob { "prob" } else { "logit" }
+    );
+    let params = Params::parse(&spec).unwrap();
     let mut host = host_with_rope(via_read_rows, hadamard);
     let mut engine = Engine::new(params, &mut host);
     let mut rng = Lcg(7);
@@ -102,23 +112,33 @@ fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
     engine.after_decode(&mut host).unwrap();
     assert_eq!(host.positions(0).len(), 64);
 
-    // Reference: max over heads h of group g and kv heads g of q63_h . k_c_g (K as f16 sees it).
+    // Reference: max over heads h of group g and kv heads g of q63_h . k_c_g / sqrt(D) (K as f16
+    // sees it), minus head h's log-sum-exp over all cells when scoring by probability.
     let last = &toks.q_post[63];
+    let logit = |h: usize, c: usize| -> f32 {
+        let g = h / 2;
+        let mut k = toks.k_pre[c][g * D..(g + 1) * D].to_vec();
+        rope().rotate(&mut k, c as i32);
+        let k: Vec<f32> = k.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+        let dot: f32 = last[h * D..(h + 1) * D]
+            .iter()
+            .zip(&k)
+            .map(|(a, b)| a * b)
+            .sum();
+        dot / (D as f32).sqrt()
+    };
+    let lse: Vec<f32> = (0..4)
+        .map(|h| {
+            let m = (0..64)
+                .map(|c| logit(h, c))
+                .fold(f32::NEG_INFINITY, f32::max);
+            m + (0..64).map(|c| (logit(h, c) - m).exp()).sum::<f32>().ln()
+        })
+        .collect();
     let score = |c: usize| -> f32 {
-        let mut best = f32::NEG_INFINITY;
-        for h in 0..4 {
-            let g = h / 2;
-            let mut k = toks.k_pre[c][g * D..(g + 1) * D].to_vec();
-            rope().rotate(&mut k, c as i32);
-            let k: Vec<f32> = k.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
-            let dot: f32 = last[h * D..(h + 1) * D]
-                .iter()
-                .zip(&k)
-                .map(|(a, b)| a * b)
-                .sum();
-            best = best.max(dot);
-        }
-        best
+        (0..4)
+            .map(|h| logit(h, c) - if prob { lse[h] } else { 0.0 })
+            .fold(f32::NEG_INFINITY, f32::max)
     };
     let mut middle: Vec<usize> = (4..56).collect();
     middle.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
@@ -148,6 +168,12 @@ fn hadamard_rotated_k_scores_like_plain_k() {
 #[test]
 fn read_rows_path_matches_direct_reads() {
     kept_vs_reference(true, false);
+}
+
+#[test]
+fn probability_scores_match_reference() {
+    kept_vs_reference_scored(false, false, true);
+    kept_vs_reference_scored(false, true, true);
 }
 
 /// No RoPE: a few keys aligned with every query survive long generation under `beacon`, and are

@@ -434,6 +434,7 @@ fn params_from(input: &mut Input) -> beaconkv_params {
     p.q_capacity = 1 + (c / 32 % Q_ROWS as u8) as i32;
     p.seed = d as u64;
     p.read_copy = (b & 1) as i32; // 1: K and queries through read_rows
+    p.score = (c & 1) as i32; // 1: probability scoring
     p
 }
 
