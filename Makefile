@@ -63,7 +63,7 @@ bench: build
 
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --features beaconkv/e2e -- -D warnings
 
 install: build
 	scripts/build-llama.sh install $(PREFIX)
