@@ -5,7 +5,7 @@
 #   make bench   the full benchmark on SmolLM2-135M (about 30 minutes on 2 cores)
 #   make build   libbeaconkv.a, patched llama.cpp (libllama, libcommon, ggml), tools in build/bin
 #   make install PREFIX=/usr/local   library, header, patched libllama/libcommon/ggml
-#   make lint    cargo fmt --check, clippy -D warnings, header check
+#   make lint    cargo fmt --check, clippy -D warnings (the header is checked by tests/c_abi.rs)
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
