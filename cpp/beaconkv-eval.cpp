@@ -212,11 +212,17 @@ plugin_numbers plugin_stats(llama_context * ctx) {
 
 std::string json_escape(const std::string & s) {
     std::string o;
-    for (char c : s) {
+    for (unsigned char c : s) {
         if (c == '"' || c == '\\') {
             o += '\\';
+            o += (char) c;
+        } else if (c < 0x20) {
+            char buf[8];
+            snprintf(buf, sizeof(buf), "\\u%04x", c);
+            o += buf;
+        } else {
+            o += (char) c;
         }
-        o += c;
     }
     return o;
 }
