@@ -135,6 +135,20 @@ pub const KEYS: [&str; 13] = [
     "seed", "read", "score",
 ];
 
+/// A two-valued key: `options[0]` is false, `options[1]` true; anything else names the key.
+fn choice(key: &str, value: &str, options: [&str; 2]) -> Result<bool, ConfigError> {
+    match options.iter().position(|&o| o == value) {
+        Some(i) => Ok(i == 1),
+        None => Err(ConfigError::new(
+            key,
+            format!(
+                "'{value}' is not allowed; allowed: {}, {}",
+                options[0], options[1]
+            ),
+        )),
+    }
+}
+
 /// Largest value an `int32_t` field of `beaconkv_params` can hold.
 const I32_MAX: u64 = i32::MAX as u64;
 
@@ -383,30 +397,8 @@ impl Params {
             "span" => self.span = uint(I32_MAX)? as usize,
             "qcap" => self.q_capacity = uint(I32_MAX)? as usize,
             "seed" => self.seed = uint(u64::MAX)?,
-            "read" => {
-                self.read_copy = match value {
-                    "auto" => false,
-                    "copy" => true,
-                    _ => {
-                        return Err(ConfigError::new(
-                            "read",
-                            format!("'{value}' is not a read path; allowed: auto, copy"),
-                        ))
-                    }
-                }
-            }
-            "score" => {
-                self.score_prob = match value {
-                    "logit" => false,
-                    "prob" => true,
-                    _ => {
-                        return Err(ConfigError::new(
-                            "score",
-                            format!("'{value}' is not a score; allowed: logit, prob"),
-                        ))
-                    }
-                }
-            }
+            "read" => self.read_copy = choice("read", value, ["auto", "copy"])?,
+            "score" => self.score_prob = choice("score", value, ["logit", "prob"])?,
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -517,6 +509,8 @@ mod tests {
         assert_names("span=2", "span");
         assert_names("span=0", "span");
         assert_names("qcap=0", "qcap");
+        assert_names("read=fast", "read");
+        assert_names("score=softmax", "score");
         assert_names("budget=10,budget=20", "budget");
         assert_names("prefix=x", "prefix");
         assert_names("seed=-1", "seed");

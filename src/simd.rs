@@ -56,38 +56,43 @@ fn has_avx2_fma() -> bool {
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
+/// The dot products of queries `i..i+4` with `k`, as one 128-bit register `[s0 s1 s2 s3]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2(queries: &[f32], k: &[f32], i: usize) -> std::arch::x86_64::__m128 {
+    use std::arch::x86_64::*;
+    let d = k.len();
+    let (q, kp) = (queries.as_ptr().add(i * d), k.as_ptr());
+    let (mut a0, mut a1, mut a2, mut a3) = (
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+        _mm256_setzero_ps(),
+    );
+    let mut j = 0;
+    while j < d {
+        let kv = _mm256_loadu_ps(kp.add(j));
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(j)), kv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(d + j)), kv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(2 * d + j)), kv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(3 * d + j)), kv, a3);
+        j += 8;
+    }
+    // Four horizontal sums at once.
+    let h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn max_dot_avx2(queries: &[f32], k: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let d = k.len();
     let nq = queries.len() / d;
-    let kp = k.as_ptr();
     let mut best = _mm_set1_ps(f32::NEG_INFINITY);
     let mut i = 0;
     while i + 4 <= nq {
-        let q = queries.as_ptr().add(i * d);
-        let (mut a0, mut a1, mut a2, mut a3) = (
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-        );
-        let mut j = 0;
-        while j < d {
-            let kv = _mm256_loadu_ps(kp.add(j));
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(j)), kv, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(d + j)), kv, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(2 * d + j)), kv, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(3 * d + j)), kv, a3);
-            j += 8;
-        }
-        // Four horizontal sums at once: [s0 s1 s2 s3] in one 128-bit register.
-        let h01 = _mm256_hadd_ps(a0, a1);
-        let h23 = _mm256_hadd_ps(a2, a3);
-        let h = _mm256_hadd_ps(h01, h23);
-        let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        best = _mm_max_ps(best, sums);
+        best = _mm_max_ps(best, dot4_avx2(queries, k, i));
         i += 4;
     }
     let mut lanes = [0.0f32; 4];
@@ -105,28 +110,9 @@ unsafe fn dots_avx2(queries: &[f32], k: &[f32], out: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = k.len();
     let nq = out.len();
-    let kp = k.as_ptr();
     let mut i = 0;
     while i + 4 <= nq {
-        let q = queries.as_ptr().add(i * d);
-        let (mut a0, mut a1, mut a2, mut a3) = (
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-            _mm256_setzero_ps(),
-        );
-        let mut j = 0;
-        while j < d {
-            let kv = _mm256_loadu_ps(kp.add(j));
-            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(j)), kv, a0);
-            a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(d + j)), kv, a1);
-            a2 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(2 * d + j)), kv, a2);
-            a3 = _mm256_fmadd_ps(_mm256_loadu_ps(q.add(3 * d + j)), kv, a3);
-            j += 8;
-        }
-        let h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-        let sums = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(out.as_mut_ptr().add(i), sums);
+        _mm_storeu_ps(out.as_mut_ptr().add(i), dot4_avx2(queries, k, i));
         i += 4;
     }
     for r in i..nq {
