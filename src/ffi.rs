@@ -386,17 +386,8 @@ pub unsafe extern "C" fn beaconkv_params_parse(
                 p.apply_spec(s)?;
                 Ok(p)
             });
-        match result {
-            Ok(p) => {
-                *params = beaconkv_params::from_params(&p);
-                write_c_str(err, err_len, "");
-                BEACONKV_OK
-            }
-            Err(e) => {
-                write_c_str(err, err_len, &e.to_string());
-                BEACONKV_ERR_INVALID
-            }
-        }
+        let result = result.map(|p| *params = beaconkv_params::from_params(&p));
+        config_status(result, err, err_len)
     })
 }
 
@@ -407,8 +398,15 @@ pub unsafe extern "C" fn beaconkv_params_validate(
     err_len: usize,
 ) -> i32 {
     require!(params => BEACONKV_ERR_NULL);
-    no_unwind(BEACONKV_ERR_PANIC, || match (*params).to_params() {
-        Ok(_) => {
+    no_unwind(BEACONKV_ERR_PANIC, || {
+        config_status((*params).to_params().map(|_| ()), err, err_len)
+    })
+}
+
+/// Status of a configuration check; the message (or "") goes to the caller's `err` buffer.
+unsafe fn config_status(result: Result<(), ConfigError>, err: *mut c_char, err_len: usize) -> i32 {
+    match result {
+        Ok(()) => {
             write_c_str(err, err_len, "");
             BEACONKV_OK
         }
@@ -416,7 +414,7 @@ pub unsafe extern "C" fn beaconkv_params_validate(
             write_c_str(err, err_len, &e.to_string());
             BEACONKV_ERR_INVALID
         }
-    })
+    }
 }
 
 #[no_mangle]
