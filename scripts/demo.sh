@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# README's first command (`make demo`): a compressed generation with the real llama-completion, then the
+# same generation with the full KV cache, and what compression saved.
+#
+#   scripts/demo.sh MODEL PROMPT [llama-completion flags...]     (BUDGET=256 by default)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${BEACONKV_BIN_DIR:-$ROOT/build/bin}"
+MODEL="$1"; PROMPT="$2"; shift 2
+BUDGET="${BUDGET:-256}"
+OUT="$ROOT/build/demo"
+mkdir -p "$OUT"
+
+run() {  # run NAME [extra flags]: generation to stdout, llama.cpp's log to $OUT/NAME.log
+    local name="$1"; shift
+    "$BIN/llama-completion" -m "$MODEL" -p "$PROMPT" -no-cnv --ignore-eos -c 8192 "$@" \
+        2> "$OUT/$name.log" < /dev/null
+}
+
+echo "== llama-completion --kv-compress beacon --kv-budget $BUDGET =="
+run beacon "$@" --kv-compress beacon --kv-budget "$BUDGET"
+echo
+echo "== the same generation with the full KV cache (log only) =="
+run full "$@" > "$OUT/full.txt"
+
+python3 - "$OUT/beacon.log" "$OUT/full.log" "$BUDGET" <<'PY'
+import re, sys
+
+def facts(path):
+    log = open(path, errors="replace").read()
+    kv = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells", log)
+    ev = re.findall(r"eval time = +[\d.]+ ms / +(\d+) runs .*?([\d.]+) tokens per second", log)
+    peak = re.search(r"kv compression summary: cells peak (\d+) per sequence, (\d+) cells evicted in (\d+) passes, plugin ([\d.]+) ms", log)
+    if not kv or not ev:
+        sys.exit(f"demo: could not read the figures from {path}")
+    return {"kv_mib": float(kv[0][0]), "cells": int(kv[0][1]), "tokens": int(ev[-1][0]),
+            "tok_s": float(ev[-1][1]), "summary": peak}
+
+b, f = facts(sys.argv[1]), facts(sys.argv[2])
+s = b["summary"]
+print("\n== BeaconKV summary (llama-completion, %d generated tokens) ==" % b["tokens"])
+print(f"{'':22}{'beacon, budget ' + sys.argv[3]:>22}{'full cache':>14}")
+print(f"{'KV cells allocated':22}{b['cells']:>22}{f['cells']:>14}")
+print(f"{'KV memory (MiB)':22}{b['kv_mib']:>22.1f}{f['kv_mib']:>14.1f}")
+print(f"{'decode tok/s':22}{b['tok_s']:>22.1f}{f['tok_s']:>14.1f}")
+if s:
+    print(f"{'cells in use (peak)':22}{int(s.group(1)):>22}{'-':>14}")
+    print(f"evicted {s.group(2)} cells in {s.group(3)} compression passes; plugin time {float(s.group(4)):.0f} ms")
+print(f"KV memory saved: {f['kv_mib'] - b['kv_mib']:.1f} MiB ({f['kv_mib'] / max(b['kv_mib'], 1e-9):.1f}x less); "
+      f"logs in build/demo/")
+PY

@@ -1,0 +1,246 @@
+"""The patched llama-server (and llama-cli) with KV compression, tested live over HTTP.
+
+Budgets are small so that every run passes its budget many times; outputs are greedy, so two runs of
+the same request can be compared token for token.
+"""
+
+import http.client
+import json
+import subprocess
+import threading
+import time
+
+import pytest
+
+from conftest import ASCII_GRAMMAR, tool
+
+BUDGET = 96
+KV = ["--kv-compress", "beacon", "--kv-budget", str(BUDGET), "--kv-window", "16"]
+
+
+def words(n: int, seed: int = 0) -> str:
+    """n characters of varied text (the tiny model's vocabulary is bytes: one token per character)."""
+    base = "the quick brown fox jumps over the lazy dog while seven wizards quietly hex "
+    s = "".join(base[(i * 7 + seed) % len(base)] for i in range(n))
+    return s
+
+
+def kv_of(res) -> dict:
+    t = res["timings"]
+    assert "kv_cells" in t, f"timings carry no KV compression figures: {t}"
+    return t
+
+
+# ---- long generations stay inside the budget ---------------------------------------------------
+
+
+def test_long_completion_stays_within_budget_tiny(server, tiny):
+    s = server(tiny, "-c", "4096", *KV)
+    res = s.complete(words(100), 8 * BUDGET)
+    assert res["tokens_predicted"] == 8 * BUDGET
+    t = kv_of(res)
+    assert 0 < t["kv_cells"] <= BUDGET
+    assert t["kv_evicted"] >= 100 + 8 * BUDGET - BUDGET - 1
+    kv = s.slot(0)["kv_compress"]
+    assert kv["cells_peak"] <= BUDGET and kv["compress_events"] > 0
+    m = s.metrics()
+    assert m["kv_evicted_total"] == kv["evicted"]
+    assert m["kv_compress_events_total"] == kv["compress_events"]
+    assert 0 < m["kv_cells_used"] <= BUDGET
+    assert m["kv_cells_physical"] < 4096
+    assert m["kv_plugin_seconds_total"] > 0
+    status, props = s.get("/props")
+    assert status == 200
+    assert f"budget={BUDGET}" in props["kv_compress"]["spec"]
+    assert props["kv_compress"]["cells_physical"] == m["kv_cells_physical"]
+    assert '"cells_peak":' in s.log(), "no per-slot compression log line at the end of the request"
+
+
+def test_long_completion_stays_within_budget_smollm2(server, smol):
+    budget = 128
+    s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", str(budget))
+    res = s.complete("Write a long story about a lighthouse keeper.", 8 * budget)
+    assert res["tokens_predicted"] == 8 * budget
+    assert kv_of(res)["kv_cells"] <= budget
+    assert s.slot(0)["kv_compress"]["cells_peak"] <= budget
+
+
+def test_parallel_slots_are_each_bounded(server, tiny):
+    s = server(tiny, "-c", "16384", "-np", "4", *KV)
+    results = [None] * 4
+
+    def run(i):
+        results[i] = s.complete(words(80, seed=i), 4 * BUDGET, id_slot=i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    for i, res in enumerate(results):
+        assert res is not None, f"request {i} did not finish"
+        assert res["tokens_predicted"] == 4 * BUDGET
+        assert kv_of(res)["kv_cells"] <= BUDGET
+    for i in range(4):
+        assert s.slot(i)["kv_compress"]["cells_peak"] <= BUDGET
+    assert s.metrics()["kv_cells_used"] <= 4 * BUDGET
+
+
+# ---- state: prompt cache, slot save/restore ------------------------------------------------------
+
+
+def conversation(s, first: str, second: str, n: int):
+    """Two turns of one conversation: the second prompt extends the first turn's prompt + answer."""
+    a = s.complete(first, n)
+    b = s.complete(first + a["content"] + second, n)
+    return a["content"], b["content"]
+
+
+def test_interleaved_conversations_resume_exactly(server, tiny):
+    a1, a2 = words(150, 1), words(40, 2)
+    b1 = words(150, 3)
+    n = 2 * BUDGET
+    fresh = server(tiny, "-c", "4096", "-np", "1", *KV)
+    want = conversation(fresh, a1, a2, n)
+    fresh.stop()
+
+    s = server(tiny, "-c", "4096", "-np", "1", *KV)
+    first = s.complete(a1, n)["content"]
+    assert first == want[0]
+    s.complete(b1, n)  # another conversation takes the slot: A goes to the prompt cache
+    second = s.complete(a1 + first + a2, n)
+    assert "kv_cells" in second["timings"]
+    assert second["content"] == want[1], "resumed conversation differs from the uninterrupted one"
+    assert second["timings"]["cache_n"] <= BUDGET, "cache_n must count the cells really reused"
+
+
+def test_slot_save_erase_restore_continues(server, tiny, tmp_path):
+    a1, a2 = words(150, 4), words(40, 5)
+    n = 2 * BUDGET
+    fresh = server(tiny, "-c", "4096", "-np", "1", *KV)
+    want = conversation(fresh, a1, a2, n)
+    fresh.stop()
+
+    s = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path), *KV)
+    first = s.complete(a1, n)["content"]
+    status, res = s.post("/slots/0?action=save", {"filename": "a.bin"})
+    assert status == 200, res
+    status, res = s.post("/slots/0?action=erase", {})
+    assert status == 200, res
+    kv = s.slot(0)["kv_compress"]
+    assert kv["cells_in_use"] == 0 and kv["evicted"] == 0, f"erase left plugin state behind: {kv}"
+    status, res = s.post("/slots/0?action=restore", {"filename": "a.bin"})
+    assert status == 200, res
+    assert s.slot(0)["kv_compress"]["evicted"] > 0, "restore did not bring back the plugin state"
+    second = s.complete(a1 + first + a2, n)["content"]
+    assert second == want[1], "restored slot does not continue like the uninterrupted one"
+
+
+def test_slot_file_from_uncompressed_server_is_refused(server, tiny, tmp_path):
+    plain = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path))
+    plain.complete(words(100, 6), 16)
+    status, res = plain.post("/slots/0?action=save", {"filename": "plain.bin"})
+    assert status == 200, res
+    plain.stop()
+
+    s = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path), *KV)
+    status, res = s.post("/slots/0?action=restore", {"filename": "plain.bin"})
+    assert status >= 400, f"a slot saved without compression was accepted: {res}"
+    assert s.slot(0)["kv_compress"]["cells_in_use"] == 0
+    res = s.complete(words(60, 7), 2 * BUDGET)  # the server still serves, bounded
+    assert kv_of(res)["kv_cells"] <= BUDGET
+
+
+# ---- speculative decoding -------------------------------------------------------------------------
+
+
+def test_speculative_ngram_with_compression(server, tiny):
+    s = server(tiny, "-c", "4096", "--spec-type", "ngram-simple", *KV)
+    res = s.complete(words(120, 8) * 2, 6 * BUDGET)
+    assert res["tokens_predicted"] == 6 * BUDGET
+    assert res["timings"].get("draft_n", 0) > 0, "no draft was verified"
+    assert kv_of(res)["kv_cells"] <= BUDGET
+
+
+def test_speculative_draft_model_with_compression(server, tiny):
+    s = server(tiny, "-c", "4096", "-md", str(tiny), "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
+               "--spec-draft-p-min", "0", *KV)
+    res = s.complete(words(120, 9), 6 * BUDGET)
+    assert res["tokens_predicted"] == 6 * BUDGET
+    assert res["timings"].get("draft_n", 0) > 0, "no draft was verified"
+    assert kv_of(res)["kv_cells"] <= BUDGET
+    # the target context is compressed; the draft model's context keeps its full cache (one attachment)
+    assert s.log().count("KV compression on") == 1, s.log()[-3000:]
+
+
+# ---- cancellation and bad input -------------------------------------------------------------------
+
+
+def test_cancelled_stream_frees_slot_and_state(server, tiny, tmp_path):
+    s = server(tiny, "-c", "4096", "--slot-save-path", str(tmp_path), *KV)
+    conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=60)
+    body = json.dumps({"prompt": words(100, 10), "n_predict": 4000, "stream": True,
+                       "ignore_eos": True, "temperature": 0.0, **s.body})
+    conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    for _ in range(20):
+        assert r.readline()
+    conn.close()  # the client goes away mid-stream
+
+    deadline = time.time() + 60
+    while s.slot(0)["is_processing"]:
+        assert time.time() < deadline, "slot still busy 60 s after the client left"
+        time.sleep(0.2)
+    status, res = s.post("/slots/0?action=erase", {})
+    assert status == 200, res
+    kv = s.slot(0)["kv_compress"]
+    assert kv["cells_in_use"] == 0 and kv["evicted"] == 0, f"plugin state survived the erase: {kv}"
+    assert kv_of(s.complete(words(50, 11), 2 * BUDGET))["kv_cells"] <= BUDGET
+
+
+def test_prompt_longer_than_context_gets_400(server, tiny):
+    s = server(tiny, "-c", "1024", *KV)
+    status, res = s.post("/completion", {"prompt": words(1200, 12), "n_predict": 4})
+    assert status == 400, res
+
+
+@pytest.mark.parametrize("flag,value", [("--kv-budget", "-5"), ("--kv-window", "100000"),
+                                        ("--kv-compress", "lru"), ("--kv-prefix", "half")])
+def test_bad_flag_stops_startup_naming_it(tiny, flag, value):
+    args = [str(tool("llama-server")), "-m", str(tiny), "--port", "0", flag, value]
+    if flag != "--kv-budget":
+        args += ["--kv-budget", "256"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert flag in out.stdout + out.stderr, (out.stdout + out.stderr)[-2000:]
+
+
+def test_policy_none_matches_no_flags(server, tiny):
+    prompt = words(200, 13)
+    plain = server(tiny, "-c", "2048")
+    want = plain.complete(prompt, 200)["content"]
+    plain.stop()
+    none = server(tiny, "-c", "2048", "--kv-compress", "none")
+    got = none.complete(prompt, 200)
+    assert got["content"] == want
+    assert got["timings"]["kv_evicted"] == 0
+
+
+# ---- llama-cli -------------------------------------------------------------------------------------
+
+
+def test_llama_cli_single_turn_generates_past_budget(tiny):
+    out = subprocess.run(
+        [str(tool("llama-cli")), "-m", str(tiny), "-p", words(60, 14), "-n", str(6 * BUDGET),
+         "-st", "--ignore-eos", "--temp", "0", "-t", "2", "-c", "2048", *KV, "-v",
+         "--grammar", ASCII_GRAMMAR],
+        capture_output=True, timeout=300, stdin=subprocess.DEVNULL,
+    )
+    log = (out.stdout + out.stderr).decode(errors="replace")
+    assert out.returncode == 0, log[-3000:]
+    assert "KV compression on" in log
+    line = [l for l in log.splitlines() if "kv compression: {" in l]
+    assert line, log[-3000:]
+    kv = json.loads(line[-1].split("kv compression: ", 1)[1])
+    assert kv["cells_peak"] <= BUDGET and kv["evicted"] > 0
