@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use beaconkv::config::Params;
 use beaconkv::engine::Engine;
-use beaconkv::queries::{LayerQueries, QueryConfig};
+use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch};
 use common::{FakeHost, Lcg};
 use half::f16;
 
@@ -81,16 +81,19 @@ fn main() {
     let mut stores: Vec<LayerQueries> = (0..LAYERS)
         .map(|_| LayerQueries::new(&cfg, HEADS, D))
         .collect();
+    let mut scratch = QueryScratch::default();
     let fps_ms: Vec<f64> = (0..runs)
         .map(|_| {
             for s in &mut stores {
                 for p in 0..32 {
                     let q: Vec<f32> = (0..HEADS * D).map(|_| rng.next()).collect();
-                    s.push(&q, p);
+                    s.push(&q, p, &mut scratch);
                 }
             }
             let t = Instant::now();
-            stores.iter_mut().for_each(LayerQueries::refresh_beacons);
+            stores
+                .iter_mut()
+                .for_each(|s| s.refresh_beacons(&mut scratch));
             t.elapsed().as_secs_f64() * 1e3
         })
         .collect();

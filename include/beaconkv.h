@@ -7,16 +7,27 @@
  * function pointers, and calls the hooks below from its decode loop.
  *
  * Conventions for every function in this header
- *  - Null-safe: a NULL handle or a NULL required pointer returns BEACONKV_ERR_NULL (or a neutral value
- *    for functions that return no status) and never crashes.
- *  - Panic-safe: a Rust panic never unwinds into C. A panic inside a hook disables compression for
- *    that context (the host keeps running uncompressed), the hook returns BEACONKV_ERR_PANIC and
- *    beaconkv_last_error() describes it.
+ *  - Null-safe: a NULL handle or a NULL required pointer returns BEACONKV_ERR_NULL (or the neutral
+ *    value each function names: 0, false, "", NULL) and never crashes.
+ *  - Panic-safe: a Rust panic never unwinds into C; the call returns BEACONKV_ERR_PANIC (or its
+ *    neutral value). A panic in a call on a context also records the message (beaconkv_last_error)
+ *    and moves the context to FALLBACK mode (below); a hook that makes room runs once more in that
+ *    mode before returning BEACONKV_ERR_PANIC, so the batch still fits.
+ *  - Fallback: the host sizes its cache for the budget (beaconkv_physical_cells), so a context never
+ *    stops evicting. When its policy cannot score any more (a panic, a failed host->read_rows, or
+ *    no layer it can read), the context evicts by position only, like the streaming policy (the
+ *    protected prefix and the newest cells stay; no K and no query is read), says so once through
+ *    host->log, and keeps tracking the host's sequences. beaconkv_is_enabled() then returns false
+ *    and beaconkv_stats.fallback is 1. Policy NONE never evicts, in any mode.
  *  - Ownership: pointers passed IN are borrowed for the duration of the call unless stated otherwise.
  *    Handles returned by *_new are owned by the caller and released with the matching *_free.
  *    Strings returned as `const char *` are owned by the library (see each function for lifetime).
+ *  - Error buffers (`char * err, size_t err_len`): may be NULL or 0 long; otherwise always
+ *    NUL-terminated, truncated to err_len, "" on success.
  *  - Thread safety: a context may be used from several threads; calls are serialised internally.
- *    The host callbacks are only invoked from inside a hook, on the thread that called the hook.
+ *    The host callbacks are only invoked from inside a call on the context, on the calling thread,
+ *    while the context is locked: a callback must not call a function of this header on the same
+ *    context, except beaconkv_last_error and beaconkv_last_error_copy (which take no context lock).
  */
 #ifndef BEACONKV_H
 #define BEACONKV_H
@@ -29,18 +40,19 @@
 extern "C" {
 #endif
 
-#define BEACONKV_ABI_VERSION 1
+/* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
+ * version must be rebuilt against this header (structs are passed by value and by pointer). */
+#define BEACONKV_ABI_VERSION 2
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
     BEACONKV_OK           = 0,
     BEACONKV_ERR_NULL     = -1, /* a required pointer was NULL                                  */
     BEACONKV_ERR_INVALID  = -2, /* bad argument or configuration value (message names the key)  */
-    BEACONKV_ERR_HOST     = -3, /* a host callback failed                                       */
-    BEACONKV_ERR_PANIC    = -4, /* internal panic caught; compression is now disabled           */
-    BEACONKV_ERR_DISABLED = -5, /* compression disabled for this context (after a panic/error)  */
-    BEACONKV_ERR_NO_ROOM  = -6, /* the incoming tokens cannot fit even after compression        */
-    BEACONKV_ERR_UNSUPPORTED = -7 /* layer/cache layout the plugin cannot handle               */
+    BEACONKV_ERR_HOST     = -3, /* a host callback failed (beaconkv_last_error says which)      */
+    BEACONKV_ERR_PANIC    = -4, /* internal panic caught; the context is in fallback mode       */
+    BEACONKV_ERR_DISABLED = -5, /* reserved: no function returns it (contexts never stop evicting) */
+    BEACONKV_ERR_NO_ROOM  = -6  /* reserved: no function returns it (see beaconkv_before_batch)  */
 } beaconkv_status;
 
 /* Compression policy: every policy is a scorer; selection and eviction are shared. */
@@ -78,6 +90,9 @@ typedef struct beaconkv_params {
                                       host->read_rows, the path device/remote buffers take (testing)    */
     int32_t  score;      /* [score]   0 = logit: max of q·k/sqrt(d) (the method); 1 = prob: max of the
                                       query's attention probability (log-softmax over the cells)        */
+    int32_t  prefix_max; /* [prefix_max] with prefix = prompt: at most this many of the prompt's first
+                                      cells are protected; 0 = budget/4 (default). A value of at least
+                                      min - window lifts the bound (the prefix is always capped there)  */
 } beaconkv_params;
 
 /* Description of one attention layer of the evictable cache, filled by the host. */
@@ -123,7 +138,10 @@ typedef struct beaconkv_host {
     /* Describe layer i (0 <= i < n_layers). */
     int32_t (*get_layer)(void * user, int32_t i, beaconkv_layer * out);
     /* List the cells of sequence `seq`, sorted by position: writes min(cap, count) entries to
-     * pos[] / cells[] and the sequence's stream to *stream; returns the total count. */
+     * pos[] / cells[] and the sequence's stream to *stream; returns the total count.
+     * cap == 0 asks for the count only (pos and cells are then NULL): the plugin asks this on every
+     * decode step, so the host should answer it without listing or sorting cells. It lists
+     * (cap > 0) only when it compresses. */
     int32_t (*seq_cells)(void * user, int32_t seq, int32_t * pos, uint32_t * cells, int32_t cap,
                          uint32_t * stream);
     /* Remove `seq` from the given cells (a cell is freed when no sequence holds it any more).
@@ -136,9 +154,31 @@ typedef struct beaconkv_host {
      *           n_head_kv*head_dim floats each;  what = 1: query rows, n_head*head_dim floats each. */
     int32_t (*read_rows)(void * user, int32_t layer, int32_t what, uint32_t stream,
                          const uint32_t * rows, int32_t n, float * out);
-    /* Log sink for warnings and errors (level: 2 = warn, 3 = error). May be NULL. */
+    /* Log sink (level: 1 = info, 2 = warn, 3 = error). May be NULL. */
     void    (*log)(void * user, int32_t level, const char * msg);
 } beaconkv_host;
+
+/* The hooks below as one table of callbacks whose first argument is the context (ud), filled by
+ * beaconkv_context_plugin. Its layout is that of llama.cpp's llama_kv_plugin (llama-kv-plugin.h, patch
+ * series), so a host built on that interface hands it over as it is. Each entry forwards to the
+ * function of the same name: before_batch, after_ubatch, after_decode, seq_removed, seq_copied;
+ * state_get(ud, seq, NULL, 0) = beaconkv_seq_state_size, state_get(ud, seq, dst, size) =
+ * beaconkv_seq_state_get; state_set(ud, seq, src, size) = beaconkv_seq_state_set, or with size 0
+ * a reset of seq (beaconkv_seq_removed(seq, -1, -1)); free = beaconkv_context_free. */
+typedef struct beaconkv_plugin {
+    void *  ud;          /* the beaconkv_context *                                      */
+    int32_t q_capacity;  /* rows the host's per-layer query store needs (params qcap)   */
+    int32_t (*before_batch)(void * ud, int32_t n_seq, const int32_t * seq_ids, const int32_t * n_new,
+                            const int32_t * n_outputs);
+    int32_t (*after_ubatch)(void * ud, int32_t n_tokens, const int32_t * pos, const int32_t * seq_id,
+                            const int32_t * q_row);
+    int32_t (*after_decode)(void * ud);
+    void    (*seq_removed)(void * ud, int32_t seq, int32_t p0, int32_t p1);
+    void    (*seq_copied)(void * ud, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
+    int64_t (*state_get)(void * ud, int32_t seq, uint8_t * dst, size_t size);
+    int32_t (*state_set)(void * ud, int32_t seq, const uint8_t * src, size_t size);
+    void    (*free)(void * ud);
+} beaconkv_plugin;
 
 /* Per-sequence statistics (seq = -1: totals over all sequences). */
 typedef struct beaconkv_stats {
@@ -154,7 +194,8 @@ typedef struct beaconkv_stats {
     double   ms_capture;       /* time reading/un-rotating queries and FPS                     */
     double   ms_score;         /* time scoring and selecting                                   */
     double   ms_evict;         /* time in host->seq_evict                                      */
-    int32_t  disabled;         /* 1 if compression was disabled after an error                 */
+    int32_t  disabled;         /* 1 if the configured policy does not run (= !beaconkv_is_enabled) */
+    int32_t  fallback;         /* 1 if the context evicts by position only in its place        */
 } beaconkv_stats;
 
 /* Model description for KV memory accounting (the seed's calc_kv_cache_memory, generalised). */
@@ -175,7 +216,7 @@ typedef struct beaconkv_context beaconkv_context;
 const char * beaconkv_version(void);
 
 /* Defaults of the method (16 beacons + 16 recent queries, budget 1024, min 896, window 64,
- * prefix = prompt). */
+ * prefix = prompt, at most prefix_max = budget/4 of it). */
 beaconkv_params beaconkv_params_default(void);
 
 /* Apply a spec string "key=value,key=value" (keys in brackets above; policy may also be given
@@ -186,6 +227,25 @@ int32_t beaconkv_params_parse(const char * spec, beaconkv_params * params, char 
 
 /* Check a params struct (same rules and messages as the parser). */
 int32_t beaconkv_params_validate(const beaconkv_params * params, char * err, size_t err_len);
+
+/* Check the value of one command-line flag on its own, as the flag is read: key_value is one
+ * "key=value" item (or a bare policy name, or a comma-separated list of items, as
+ * --kv-compress-spec takes). Checks the syntax, that every key is known and given once, and each
+ * value's own rules (integer range, budget >= 1, odd span, qcap >= 1, policy and reduce names);
+ * rules between keys (window + prefix < budget, ...) are left to beaconkv_spec_check, once every
+ * flag is read. On error returns BEACONKV_ERR_INVALID with a message that starts with `flag` (e.g.
+ * "--kv-window: beaconkv: window: '-1' is negative; allowed range 0..=2147483647"); flag may be
+ * NULL, then the flag that sets the key is named as beaconkv_spec_check does. key_value is
+ * required (BEACONKV_ERR_NULL). */
+int32_t beaconkv_check_flag_value(const char * flag, const char * key_value, char * err, size_t err_len);
+
+/* Check a whole spec on top of the defaults (every rule, the rules between keys included).
+ * On error returns BEACONKV_ERR_INVALID with a message that starts with the command-line flag that
+ * sets the offending key: policy -> --kv-compress, budget -> --kv-budget, beacons -> --kv-beacons,
+ * recent -> --kv-recent, window -> --kv-window, prefix -> --kv-prefix, any other key K ->
+ * "--kv-compress-spec K=", e.g. "--kv-window: beaconkv: window: window + prefix = 80 must be <
+ * budget (64); allowed range 0..=63". spec is required (BEACONKV_ERR_NULL). */
+int32_t beaconkv_spec_check(const char * spec, char * err, size_t err_len);
 
 /* Write the canonical spec string of params into buf (NUL-terminated, truncated to len).
  * Returns the full length needed (excluding NUL), or < 0 on error. */
@@ -200,6 +260,33 @@ uint64_t beaconkv_kv_bytes_per_token(const beaconkv_model_desc * desc);
 /* Bytes of one row of n values of ggml type `type` (0 if the type is unknown). */
 uint64_t beaconkv_row_size(int32_t type, int64_t n);
 
+/* ---- sizing the host's cache ------------------------------------------------------------- */
+
+/* Largest n_ubatch the host should use with params: a ubatch must fit in the slack the physical
+ * cache has beyond the budgets (every token of a decode call is placed before any is computed, and
+ * beaconkv_before_batch makes room before placement). Returns max(budget/8, 32); 0 for policy NONE
+ * (no limit: it evicts nothing); BEACONKV_ERR_NULL / BEACONKV_ERR_INVALID for NULL / invalid
+ * params. The host clamps n_ubatch, and n_batch to n_ubatch, before sizing its cache; a host that
+ * needs larger batches (speculative verification: 1 + drafts tokens in one call) may keep a larger
+ * n_ubatch, and beaconkv_physical_cells gives it the matching slack. */
+int32_t beaconkv_max_ubatch(const beaconkv_params * params);
+
+/* Physical KV cells the host should allocate, all streams together (llama.cpp's n_ctx_cells), for
+ * n_seq sequences, ubatches of n_ubatch tokens (normally clamped to beaconkv_max_ubatch) and a
+ * unified cache (one stream) or one stream per sequence.
+ *   per stream = the budgets of the sequences it holds (n_seq * budget unified, budget otherwise)
+ *                + a slack of n_ubatch cells (one ubatch is placed before it is computed),
+ * rounded up to a multiple of 256 cells (what ggml's CUDA flash-attention kernels prefer) or else
+ * of 32, each only while the result stays within budget(s) + max(n_ubatch, budget/8, 32);
+ * otherwise exact.
+ * kv_cells_override > 0 (--kv-cells) is returned as given. n_ctx_logical is the logical context
+ * over all sequences (llama.cpp's n_ctx; 0 = unknown). Returns 0 = no gain, allocate the logical
+ * context, when a stream would be as large as the logical one (llama.cpp pads n_ctx, and
+ * n_ctx / n_seq per stream, to 256), for policy NONE, and for NULL or invalid params. This is the
+ * size to allocate as it is: rounding it up further (to 256 a stream) only costs memory. */
+uint32_t beaconkv_physical_cells(const beaconkv_params * params, int32_t n_seq, int32_t n_ubatch,
+                                 bool unified, uint32_t n_ctx_logical, int32_t kv_cells_override);
+
 /* ---- context ------------------------------------------------------------------------------- */
 
 /* Create a context. params and host are copied; host->user must outlive the context.
@@ -207,15 +294,22 @@ uint64_t beaconkv_row_size(int32_t type, int64_t n);
 beaconkv_context * beaconkv_context_new(const beaconkv_params * params, const beaconkv_host * host,
                                         char * err, size_t err_len);
 
-/* Release a context (NULL is a no-op). */
+/* Release a context (NULL is a no-op). For an evicting policy it first logs one info line through
+ * host->log: "kv compression summary: cells peak N over all sequences, E cells evicted in P passes,
+ * plugin T ms". */
 void beaconkv_context_free(beaconkv_context * ctx);
+
+/* Fill *out with the plugin table of ctx (see beaconkv_plugin). ctx stays owned by the caller until
+ * the caller hands out->ud to a host that calls out->free (llama_kv_plugin_attach does, once it
+ * succeeded). Returns BEACONKV_OK, BEACONKV_ERR_NULL for a NULL ctx or out. */
+int32_t beaconkv_context_plugin(beaconkv_context * ctx, beaconkv_plugin * out);
 
 /* Copy the effective params of ctx into *out. */
 int32_t beaconkv_context_params(const beaconkv_context * ctx, beaconkv_params * out);
 
-/* (Added in the engine branch.) Re-read the host's layer descriptions, e.g. after the host
- * reallocated its KV cache or query store. The context also re-reads them by itself whenever
- * host->n_layers() changes. Query state of every sequence is reset. */
+/* Re-read the host's layer descriptions, e.g. after the host reallocated its KV cache or query
+ * store. The context also re-reads them by itself whenever host->n_layers() changes. Query state
+ * of every sequence is reset when the layer shapes change. */
 int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
 
 /* ---- hooks the host calls ------------------------------------------------------------------ */
@@ -225,7 +319,8 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
  * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
  * Best effort: it never evicts the protected prefix or the window, so a batch larger than
  * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host
- * fails placement with its own message (BEACONKV_ERR_NO_ROOM is reserved, not returned yet).
+ * fails placement with its own message. A host callback failure for one sequence does not keep the
+ * others from being served; the call then returns BEACONKV_ERR_HOST.
  * A sequence's prompt phase ends at its first generation step: a call that brings it exactly one
  * token, or asks for logits of more than one (speculative verification). */
 int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32_t * seq_ids,
@@ -233,7 +328,8 @@ int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32
 
 /* After each ubatch was computed: token i has position pos[i] in sequence seq_id[i] (its first
  * sequence) and its query sits in row q_row[i] of every layer's query store (-1 = not captured).
- * The plugin calls host->synchronize before reading. */
+ * The plugin calls host->synchronize before reading. A failed query read moves the context to
+ * fallback mode and returns BEACONKV_ERR_HOST. */
 int32_t beaconkv_after_ubatch(beaconkv_context * ctx, int32_t n_tokens, const int32_t * pos,
                               const int32_t * seq_id, const int32_t * q_row);
 
@@ -241,11 +337,18 @@ int32_t beaconkv_after_ubatch(beaconkv_context * ctx, int32_t n_tokens, const in
 int32_t beaconkv_after_decode(beaconkv_context * ctx);
 
 /* The host removed positions [p0, p1) of seq (p0 < 0: from 0; p1 < 0: to the end); seq < 0: all
- * sequences. Whole-sequence removal drops the plugin's state of that sequence. */
+ * sequences. Whole-sequence removal drops the plugin's state of that sequence; a range drops the
+ * queries captured there, and a removed tail lowers the sequence's pos_max and prompt length.
+ * Honoured in every mode, fallback included. */
 void beaconkv_seq_removed(beaconkv_context * ctx, int32_t seq, int32_t p0, int32_t p1);
 
-/* The host copied positions [p0, p1) of seq_src into seq_dst: the destination inherits the
- * source's query state. */
+/* The host copied positions [p0, p1) of seq_src into seq_dst (p0 < 0: from 0; p1 < 0: to the end),
+ * as llama_memory_seq_cp. A whole copy (p0 < 0 or 0, p1 < 0; llama-server's fork) replaces the
+ * destination's state with the source's. A range copy into a sequence the context does not know
+ * gives it the source's state restricted to the range (recent queries outside it are dropped;
+ * beacons carry no position and are kept); a range copy into a known sequence keeps the
+ * destination's query state and raises its pos_max to the copied range. Negative ids and
+ * seq_src == seq_dst are ignored. Honoured in every mode, fallback included. */
 void beaconkv_seq_copied(beaconkv_context * ctx, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
 
 /* ---- sequence state (save / restore) ------------------------------------------------------ */
@@ -273,11 +376,21 @@ int32_t beaconkv_seq_state_set(beaconkv_context * ctx, int32_t seq, const uint8_
 /* Statistics of sequence seq (-1 = totals). Unknown sequences report zeros with seq set. */
 int32_t beaconkv_get_stats(const beaconkv_context * ctx, int32_t seq, beaconkv_stats * out);
 
-/* Whether compression is active (false after a panic or host error disabled it). */
+/* Whether the configured policy runs: false in fallback mode (after a panic or a failed read, or
+ * while no layer can be scored) and for a NULL ctx. */
 bool beaconkv_is_enabled(const beaconkv_context * ctx);
 
-/* Last error message of ctx ("" if none). Valid until the next call on ctx. NULL ctx -> "". */
+/* Message of the most recent failure on ctx ("" if none; at most 1023 bytes, longer messages are
+ * truncated). The pointer is owned by ctx and stays valid until beaconkv_context_free(ctx); the
+ * text it points to is replaced in place when a later call on ctx fails. Read it on the thread that
+ * made the failing call, with no other thread calling into ctx meanwhile; otherwise use
+ * beaconkv_last_error_copy. NULL ctx -> "" (static storage). */
 const char * beaconkv_last_error(const beaconkv_context * ctx);
+
+/* Copy the message of beaconkv_last_error into buf (cap bytes, caller-owned, NUL-terminated,
+ * truncated; buf may be NULL when cap is 0), consistently even while other threads use ctx.
+ * Returns the message's full length in bytes (without the NUL), BEACONKV_ERR_NULL for a NULL ctx. */
+int32_t beaconkv_last_error_copy(const beaconkv_context * ctx, char * buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,8 @@ mkdir -p "$OUT"
 
 run() {  # run NAME [extra flags]: generation to stdout, llama.cpp's log to $OUT/NAME.log
     local name="$1"; shift
-    "$BIN/llama-completion" -m "$MODEL" -p "$PROMPT" -no-cnv --ignore-eos -c 8192 "$@" \
+    # -lv 4: the log also carries llama_kv_cache's size line
+    "$BIN/llama-completion" -m "$MODEL" -p "$PROMPT" -no-cnv --ignore-eos -c 8192 -lv 4 "$@" \
         2> "$OUT/$name.log" < /dev/null
 }
 

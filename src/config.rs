@@ -97,6 +97,8 @@ pub struct Params {
     pub n_recent: usize,
     pub window: usize,
     pub prefix: Prefix,
+    /// Most cells `prefix=prompt` protects (the prompt's first cells); 0 = budget / 4.
+    pub prefix_max: usize,
     pub reduce: Reduce,
     pub span: usize,
     pub q_capacity: usize,
@@ -119,6 +121,7 @@ impl Default for Params {
             n_recent: 16,
             window: 64,
             prefix: Prefix::Prompt,
+            prefix_max: 0,
             reduce: Reduce::Max,
             span: 1,
             q_capacity: 64,
@@ -130,10 +133,36 @@ impl Default for Params {
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 13] = [
-    "policy", "budget", "min", "beacons", "recent", "window", "prefix", "reduce", "span", "qcap",
-    "seed", "read", "score",
+pub const KEYS: [&str; 14] = [
+    "policy",
+    "budget",
+    "min",
+    "beacons",
+    "recent",
+    "window",
+    "prefix",
+    "prefix_max",
+    "reduce",
+    "span",
+    "qcap",
+    "seed",
+    "read",
+    "score",
 ];
+
+/// The command-line flag of the patched llama.cpp tools that sets `key`, for error messages
+/// (`--kv-compress-spec KEY=` for the keys without a flag of their own).
+pub fn flag_for_key(key: &str) -> String {
+    match key {
+        "policy" => "--kv-compress".into(),
+        "budget" => "--kv-budget".into(),
+        "beacons" => "--kv-beacons".into(),
+        "recent" => "--kv-recent".into(),
+        "window" => "--kv-window".into(),
+        "prefix" => "--kv-prefix".into(),
+        other => format!("--kv-compress-spec {other}="),
+    }
+}
 
 /// A two-valued key: `options[0]` is false, `options[1]` true; anything else names the key.
 fn choice(key: &str, value: &str, options: [&str; 2]) -> Result<bool, ConfigError> {
@@ -212,6 +241,15 @@ impl Params {
         }
     }
 
+    /// Most cells `prefix=prompt` protects.
+    pub fn effective_prefix_max(&self) -> usize {
+        if self.prefix_max == 0 {
+            self.budget / 4
+        } else {
+            self.prefix_max
+        }
+    }
+
     /// The numeric part of the prefix (0 for `Prompt`, whose length is capped at run time).
     fn numeric_prefix(&self) -> usize {
         match self.prefix {
@@ -220,28 +258,44 @@ impl Params {
         }
     }
 
-    /// Check the rules the parser enforces; the error names the key.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// The rules one key's value must meet on its own (its range, and for some keys a lower
+    /// bound or parity), whatever the other keys say.
+    fn check_own(&self, key: &str) -> Result<(), ConfigError> {
         let max = I32_MAX as usize;
-        for (key, v) in [
-            ("budget", self.budget),
-            ("min", self.budget_min),
-            ("beacons", self.n_beacons),
-            ("recent", self.n_recent),
-            ("window", self.window),
-            ("prefix", self.numeric_prefix()),
-            ("span", self.span),
-            ("qcap", self.q_capacity),
-        ] {
-            if v > max {
-                return Err(ConfigError::new(
-                    key,
-                    format!("{v} is too large; allowed range 0..={max}"),
-                ));
-            }
+        let value = match key {
+            "budget" => self.budget,
+            "min" => self.budget_min,
+            "beacons" => self.n_beacons,
+            "recent" => self.n_recent,
+            "window" => self.window,
+            "prefix" => self.numeric_prefix(),
+            "prefix_max" => self.prefix_max,
+            "span" => self.span,
+            "qcap" => self.q_capacity,
+            _ => return Ok(()), // enumerations, the seed and the flags: any parsed value is valid
+        };
+        if value > max {
+            return Err(ConfigError::new(
+                key,
+                format!("{value} is too large; allowed range 0..={max}"),
+            ));
         }
-        if self.budget < 1 {
-            return Err(ConfigError::new("budget", "must be >= 1"));
+        match key {
+            "budget" if value < 1 => Err(ConfigError::new(key, "must be >= 1")),
+            "span" if value < 1 || value.is_multiple_of(2) => Err(ConfigError::new(
+                key,
+                format!("{value} must be odd and >= 1 (1 = off)"),
+            )),
+            "qcap" if value < 1 => Err(ConfigError::new(key, "must be >= 1")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Check every rule: each key's own range, then the rules between keys; the error names
+    /// the key to change.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for key in KEYS {
+            self.check_own(key)?;
         }
         match self.policy {
             Policy::Beacon if self.n_beacons + self.n_recent == 0 => {
@@ -295,54 +349,14 @@ impl Params {
                 ),
             ));
         }
-        if self.span < 1 || self.span.is_multiple_of(2) {
-            return Err(ConfigError::new(
-                "span",
-                format!("{} must be odd and >= 1 (1 = off)", self.span),
-            ));
-        }
-        if self.q_capacity < 1 {
-            return Err(ConfigError::new("qcap", "must be >= 1"));
-        }
         Ok(())
     }
 
     /// Apply a spec string on top of `self`; on error `self` is unchanged.
     pub fn apply_spec(&mut self, spec: &str) -> Result<(), ConfigError> {
         let mut next = self.clone();
-        let mut seen: Vec<&str> = Vec::new();
-        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (key, value) = match item.split_once('=') {
-                Some((k, v)) => (k.trim(), v.trim()),
-                None if Policy::from_name(item).is_some() => ("policy", item),
-                None => {
-                    return Err(ConfigError::new(
-                        item,
-                        format!(
-                            "unknown key or policy; valid keys: {}; policies: {}",
-                            KEYS.join(", "),
-                            names(&Policy::ALL, Policy::name)
-                        ),
-                    ))
-                }
-            };
-            if key.is_empty() {
-                // Name the whole item: an empty key name would read "beaconkv: : ...".
-                return Err(ConfigError::new(
-                    item,
-                    format!("empty key before '='; valid keys: {}", KEYS.join(", ")),
-                ));
-            }
-            let Some(&key) = KEYS.iter().find(|k| **k == key) else {
-                return Err(ConfigError::new(
-                    key,
-                    format!("unknown key; valid keys: {}", KEYS.join(", ")),
-                ));
-            };
-            if seen.contains(&key) {
-                return Err(ConfigError::new(key, "given more than once"));
-            }
-            seen.push(key);
+        for item in spec_items(spec) {
+            let (key, value) = item?;
             next.set(key, value)?;
         }
         next.validate()?;
@@ -355,6 +369,20 @@ impl Params {
         let mut p = Params::default();
         p.apply_spec(spec)?;
         Ok(p)
+    }
+
+    /// Check the items of a spec each on its own: syntax, known key, no key twice, and each
+    /// value's own rules (range, `budget >= 1`, odd `span`, ...). Rules between keys
+    /// (`window + prefix < budget`, ...) are not checked: that is [`Params::parse`]'s job once
+    /// every item is known. This is what a command-line parser checks flag by flag.
+    pub fn check_items(spec: &str) -> Result<(), ConfigError> {
+        for item in spec_items(spec) {
+            let (key, value) = item?;
+            let mut p = Params::default();
+            p.set(key, value)?;
+            p.check_own(key)?;
+        }
+        Ok(())
     }
 
     fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
@@ -394,6 +422,7 @@ impl Params {
             "beacons" => self.n_beacons = uint(I32_MAX)? as usize,
             "recent" => self.n_recent = uint(I32_MAX)? as usize,
             "window" => self.window = uint(I32_MAX)? as usize,
+            "prefix_max" => self.prefix_max = uint(I32_MAX)? as usize,
             "span" => self.span = uint(I32_MAX)? as usize,
             "qcap" => self.q_capacity = uint(I32_MAX)? as usize,
             "seed" => self.seed = uint(u64::MAX)?,
@@ -411,7 +440,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},reduce={},span={},qcap={},seed={},read={},score={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -419,6 +448,7 @@ impl Params {
             self.n_recent,
             self.window,
             prefix,
+            self.prefix_max,
             self.reduce.name(),
             self.span,
             self.q_capacity,
@@ -427,6 +457,50 @@ impl Params {
             if self.score_prob { "prob" } else { "logit" }
         )
     }
+}
+
+/// The `(key, value)` items of a spec, in order: whitespace around items and keys trimmed,
+/// empty items skipped, a bare policy name read as `policy=<name>`. An unknown or empty key,
+/// or a key given twice, is an error naming it.
+fn spec_items(spec: &str) -> impl Iterator<Item = Result<(&'static str, &str), ConfigError>> {
+    let mut seen: Vec<&'static str> = Vec::new();
+    spec.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(move |item| {
+            let (key, value) = match item.split_once('=') {
+                Some((k, v)) => (k.trim(), v.trim()),
+                None if Policy::from_name(item).is_some() => ("policy", item),
+                None => {
+                    return Err(ConfigError::new(
+                        item,
+                        format!(
+                            "unknown key or policy; valid keys: {}; policies: {}",
+                            KEYS.join(", "),
+                            names(&Policy::ALL, Policy::name)
+                        ),
+                    ))
+                }
+            };
+            if key.is_empty() {
+                // Name the whole item: an empty key name would read "beaconkv: : ...".
+                return Err(ConfigError::new(
+                    item,
+                    format!("empty key before '='; valid keys: {}", KEYS.join(", ")),
+                ));
+            }
+            let Some(&key) = KEYS.iter().find(|k| **k == key) else {
+                return Err(ConfigError::new(
+                    key,
+                    format!("unknown key; valid keys: {}", KEYS.join(", ")),
+                ));
+            };
+            if seen.contains(&key) {
+                return Err(ConfigError::new(key, "given more than once"));
+            }
+            seen.push(key);
+            Ok((key, value))
+        })
 }
 
 #[cfg(test)]
@@ -540,5 +614,53 @@ mod tests {
     fn beacons_plus_recent_only_matters_for_query_policies() {
         Params::parse("streaming,beacons=0,recent=0").unwrap();
         Params::parse("beacon,beacons=0,recent=4").unwrap();
+    }
+
+    #[test]
+    fn prefix_max_defaults_to_a_quarter_of_the_budget() {
+        let p = Params::parse("budget=512").unwrap();
+        assert_eq!((p.prefix_max, p.effective_prefix_max()), (0, 128));
+        let p = Params::parse("budget=512,prefix_max=300").unwrap();
+        assert_eq!(p.effective_prefix_max(), 300);
+        assert_eq!(Params::parse(&p.to_spec()).unwrap(), p);
+        assert_names("prefix_max=-1", "prefix_max");
+        assert_names("prefix_max=x", "prefix_max");
+    }
+
+    #[test]
+    fn items_are_checked_on_their_own() {
+        // Values that only conflict with other keys pass; their own range does not.
+        for ok in [
+            "window=5000",
+            "prefix=4000",
+            "min=3",
+            "beacon",
+            "policy=recent,recent=0",
+        ] {
+            Params::check_items(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for (bad, key) in [
+            ("budget=0", "budget"),
+            ("span=4", "span"),
+            ("qcap=0", "qcap"),
+            ("window=-1", "window"),
+            ("budget=99999999999", "budget"),
+            ("turbo=1", "turbo"),
+            ("fast", "fast"),
+            ("=3", "=3"),
+            ("budget=8,budget=9", "budget"),
+            ("reduce=mean", "reduce"),
+        ] {
+            let e = Params::check_items(bad).expect_err(bad);
+            assert_eq!(e.key, key, "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn flags_name_the_keys_they_set() {
+        assert_eq!(flag_for_key("window"), "--kv-window");
+        assert_eq!(flag_for_key("policy"), "--kv-compress");
+        assert_eq!(flag_for_key("min"), "--kv-compress-spec min=");
+        assert_eq!(flag_for_key("turbo"), "--kv-compress-spec turbo=");
     }
 }

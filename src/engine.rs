@@ -3,33 +3,39 @@
 //!
 //! The engine owns no memory of the host; every method takes the host as `&mut dyn Host`, so it
 //! runs the same over the C callbacks (`ffi.rs`) and over fake hosts in tests.
+//!
+//! Failure never stops eviction: the host sized its cache for the budget, so a context that
+//! stopped evicting would overflow it. When the configured policy cannot score (a panic, a
+//! failed K or query read, no layer it can read), compression passes score by position only
+//! (the `streaming` scorer: prefix + newest cells, no K and no query read) and the engine says
+//! so once through the host log.
+//!
+//! Hot path: a decode step that does not compress asks the host for cell counts only and
+//! allocates nothing once the context is warm (every buffer lives in [`Scratch`] or in the
+//! query stores and only grows); `tests/alloc_free.rs` checks this with a counting allocator.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 use crate::config::{Params, Policy, Prefix};
-use crate::host::{Host, LayerDesc, RawLayer, LOG_WARN};
-use crate::queries::{LayerQueries, QueryConfig, SeqQueries};
+use crate::host::{Host, LayerDesc, RawLayer, LOG_ERROR, LOG_WARN};
+use crate::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
 use crate::reduce::{reduce, span_pool, ReduceScratch};
-use crate::scorer::{self, ScoreCtx, ScoreRows, Scorer};
+use crate::scorer::{self, PositionScorer, ScoreCtx, ScoreRows, Scorer};
 use crate::select::{select_evictions, SelectScratch};
 use crate::state::{Reader, Writer};
 use crate::stats::SeqStats;
 
-/// Why a hook failed.
+/// A host callback failed; the message names it and its return value.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EngineError {
-    /// A host callback reported failure; compression is now disabled.
     Host(String),
-    /// Compression was disabled earlier (error, panic, or no usable layer).
-    Disabled,
 }
 
 impl std::fmt::Display for EngineError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             EngineError::Host(m) => write!(f, "beaconkv: host callback failed: {m}"),
-            EngineError::Disabled => write!(f, "beaconkv: compression is disabled"),
         }
     }
 }
@@ -44,10 +50,25 @@ enum Phase {
 #[derive(Clone, Debug)]
 struct SeqState {
     phase: Phase,
+    /// The last batch asked for logits of several tokens in the decode phase (speculative
+    /// verification): the host may roll the rejected ones back with seq_rm, so compression waits
+    /// for the next batch (compressing now could evict accepted tokens and keep rejected ones).
+    verifying: bool,
     /// Prompt length, fixed when the decode phase starts.
     prompt_len: usize,
     queries: SeqQueries,
     stats: SeqStats,
+}
+
+/// How compression passes score cells now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scoring {
+    /// Policy `none`: nothing is evicted.
+    Off,
+    /// The configured policy's scorer.
+    Policy,
+    /// Position only (prefix + newest cells), in place of a policy that cannot score.
+    Positions,
 }
 
 /// Buffers reused by every compression pass and capture, so the hot path does not allocate.
@@ -65,22 +86,31 @@ struct Scratch {
     q_rows: Vec<f32>,
     q_row_ids: Vec<u32>,
     q_token: Vec<f32>,
+    queries: QueryScratch,
+    /// Sequence ids of an `after_decode` sweep.
+    ids: Vec<i32>,
 }
 
 /// One compression context (one llama.cpp context).
 pub struct Engine {
     params: Params,
     scorer: Box<dyn Scorer>,
+    /// Scores by position when the configured policy cannot.
+    fallback: PositionScorer,
+    /// Why the configured policy stopped for good (a panic or a failed read); `None` while it
+    /// runs.
+    failure: Option<String>,
     /// Layers the scorer can read; query stores are aligned with this list.
     layers: Vec<LayerDesc>,
     /// `n_layers()` at the last description (-1: never described).
     described_n: i32,
     /// K+V bytes of one cell over all layers, for statistics.
     kv_bytes_per_cell: u64,
-    enabled: bool,
     seqs: BTreeMap<i32, SeqState>,
     warned_prefix_cap: bool,
     warned_no_layers: bool,
+    /// The first failing host callback is logged; later ones only reach the caller.
+    warned_host: bool,
     /// Layers already reported as unusable (each is reported once).
     warned_layers: std::collections::BTreeSet<i32>,
     /// Layers were described again after the host built its first graph.
@@ -95,14 +125,16 @@ impl Engine {
     pub fn new(params: Params, host: &mut dyn Host) -> Self {
         let mut engine = Engine {
             scorer: scorer::for_policy(params.policy),
+            fallback: PositionScorer::streaming(),
+            failure: None,
             params,
             layers: Vec::new(),
             described_n: -1,
             kv_bytes_per_cell: 0,
-            enabled: true,
             seqs: BTreeMap::new(),
             warned_prefix_cap: false,
             warned_no_layers: false,
+            warned_host: false,
             warned_layers: Default::default(),
             layers_final: false,
             layer_shapes: Vec::new(),
@@ -120,19 +152,49 @@ impl Engine {
         &self.layers
     }
 
-    /// Whether compression may run (not disabled by an error, a panic or a lack of layers).
+    /// Whether the configured policy runs: not replaced by position-only eviction after a
+    /// failure, and (for a query-driven policy) with at least one layer it can read.
     pub fn is_enabled(&self) -> bool {
-        self.enabled && (!self.params.policy.uses_queries() || !self.layers.is_empty())
+        self.failure.is_none() && (!self.params.policy.uses_queries() || !self.layers.is_empty())
     }
 
-    /// Whether an error or a panic switched compression off (for good).
-    pub fn failed(&self) -> bool {
-        !self.enabled
+    /// Whether compression passes evict by position only in place of the configured policy.
+    pub fn in_fallback(&self) -> bool {
+        self.scoring() == Scoring::Positions
     }
 
-    /// Stop compressing for good (after a panic or a host error); hooks then only track stats.
-    pub fn disable(&mut self) {
-        self.enabled = false;
+    /// Why the configured policy stopped for good, if it did.
+    pub fn failure(&self) -> Option<&str> {
+        self.failure.as_deref()
+    }
+
+    fn scoring(&self) -> Scoring {
+        if self.params.policy == Policy::None {
+            Scoring::Off
+        } else if self.is_enabled() {
+            Scoring::Policy
+        } else {
+            Scoring::Positions
+        }
+    }
+
+    /// The configured policy cannot go on (`reason`): from now on passes evict by position
+    /// only. Said once through the host log; later calls change nothing.
+    pub fn enter_fallback(&mut self, host: &mut dyn Host, reason: &str) {
+        if self.failure.is_some() {
+            return;
+        }
+        self.failure = Some(reason.to_string());
+        if self.params.policy != Policy::None {
+            host.log(
+                LOG_ERROR,
+                &format!(
+                    "{reason}; policy {} is replaced by position-only eviction (prefix + newest \
+                     cells) for the rest of this context",
+                    self.params.policy.name()
+                ),
+            );
+        }
     }
 
     /// Statistics of `seq`, or totals for `seq < 0`; unknown sequences report zeros.
@@ -219,7 +281,8 @@ impl Engine {
             host.log(
                 LOG_WARN,
                 &format!(
-                    "beaconkv: no layer can be scored; policy {} disabled, the cache runs uncompressed",
+                    "beaconkv: no layer can be scored; policy {} is replaced by position-only \
+                     eviction (prefix + newest cells)",
                     self.params.policy.name()
                 ),
             );
@@ -247,17 +310,11 @@ impl Engine {
         }
     }
 
-    /// Whether a compression pass can run now.
-    fn can_compress(&self) -> bool {
-        self.enabled
-            && self.params.policy != Policy::None
-            && (!self.params.policy.uses_queries() || !self.layers.is_empty())
-    }
-
     fn seq_entry(&mut self, seq: i32) -> &mut SeqState {
         if !self.seqs.contains_key(&seq) {
             let state = SeqState {
                 phase: Phase::Prompt,
+                verifying: false,
                 prompt_len: 0,
                 queries: self.new_queries(),
                 stats: SeqStats::new(),
@@ -267,16 +324,25 @@ impl Engine {
         self.seqs.get_mut(&seq).expect("inserted above")
     }
 
-    /// Protected prefix of a sequence, capped so that everything selection protects (prefix,
-    /// window, and the newest cell even when `window` is 0) fits in `budget_min`.
+    /// Protected prefix of a sequence. `prefix=N` protects the first N cells; `prefix=prompt`
+    /// the prompt (the positions seen so far while it streams in), at most `prefix_max` cells.
+    /// Either way it is capped so that everything selection protects (prefix, window, and the
+    /// newest cell even when `window` is 0) fits in `budget_min`.
     fn effective_prefix(&mut self, seq: i32, host: &mut dyn Host) -> usize {
         // validate() guarantees min >= window + 1, so this does not underflow.
         let cap = self.params.effective_min() - self.params.window.max(1);
-        let state = &self.seqs[&seq];
+        let Some(state) = self.seqs.get(&seq) else {
+            return 0;
+        };
         let wanted = match self.params.prefix {
             Prefix::First(n) => n,
-            Prefix::Prompt if state.phase == Phase::Decode => state.prompt_len,
-            Prefix::Prompt => (state.stats.pos_max + 1).max(0) as usize,
+            Prefix::Prompt => {
+                let prompt = match state.phase {
+                    Phase::Decode => state.prompt_len,
+                    Phase::Prompt => (state.stats.pos_max + 1).max(0) as usize,
+                };
+                prompt.min(self.params.effective_prefix_max())
+            }
         };
         if wanted > cap && !self.warned_prefix_cap {
             self.warned_prefix_cap = true;
@@ -290,22 +356,25 @@ impl Engine {
         wanted.min(cap)
     }
 
-    /// Cell count of `seq` from the host.
-    fn cell_count(host: &mut dyn Host, seq: i32) -> Result<usize, EngineError> {
+    /// Cell count of `seq` from the host (a count-only query: no listing, no sorting).
+    fn cell_count(&mut self, host: &mut dyn Host, seq: i32) -> Result<usize, EngineError> {
         let mut stream = 0;
         let n = host.seq_cells(seq, &mut [], &mut [], &mut stream);
         if n < 0 {
-            return Err(EngineError::Host(format!("seq_cells({seq}) returned {n}")));
+            return Err(self.host_error(host, format!("seq_cells({seq}) returned {n}")));
         }
         Ok(n as usize)
     }
 
-    fn fail(&mut self, host: &mut dyn Host, err: EngineError) -> EngineError {
-        if let EngineError::Host(msg) = &err {
-            self.enabled = false;
+    /// A failed host callback that does not stop the policy (counting, listing or evicting
+    /// cells): the first is logged, every one is returned to the caller.
+    fn host_error(&mut self, host: &mut dyn Host, msg: String) -> EngineError {
+        let err = EngineError::Host(msg);
+        if !self.warned_host {
+            self.warned_host = true;
             host.log(
-                crate::host::LOG_ERROR,
-                &format!("beaconkv: {msg}; compression disabled"),
+                LOG_ERROR,
+                &format!("{err} (further host errors are only returned, not logged)"),
             );
         }
         err
@@ -317,6 +386,8 @@ impl Engine {
     ///
     /// The prompt phase of a sequence ends at its first generation step: a call bringing one
     /// token, or one asking for logits of more than one token (speculative verification).
+    /// A failing sequence does not keep the others from being served; the first error is
+    /// returned.
     pub fn before_batch(
         &mut self,
         host: &mut dyn Host,
@@ -326,35 +397,36 @@ impl Engine {
     ) -> Result<(), EngineError> {
         self.describe_final_layers(host);
         self.refresh_layers(host, false);
+        let mut result = Ok(());
         for (i, (&seq, &n)) in seq_ids.iter().zip(n_new).enumerate() {
-            let generating = n == 1 || n_outputs.is_some_and(|o| o.get(i).is_some_and(|&k| k > 1));
+            let several_logits = n_outputs.is_some_and(|o| o.get(i).is_some_and(|&k| k > 1));
+            let generating = n == 1 || several_logits;
             let state = self.seq_entry(seq);
             if state.phase == Phase::Prompt && generating {
                 state.phase = Phase::Decode;
                 state.prompt_len = (state.stats.pos_max + 1).max(0) as usize;
             }
-            if !self.can_compress() {
-                continue;
+            state.verifying = state.phase == Phase::Decode && several_logits;
+            if self.scoring() != Scoring::Off {
+                let n = n.max(0) as usize;
+                let made_room = self.cell_count(host, seq).and_then(|count| {
+                    if count + n <= self.params.budget {
+                        return Ok(());
+                    }
+                    let target = self
+                        .params
+                        .effective_min()
+                        .min(self.params.budget.saturating_sub(n));
+                    self.compress(host, seq, target).map(|_| ())
+                });
+                if result.is_ok() {
+                    result = made_room;
+                }
             }
-            let n = n.max(0) as usize;
-            let count = Self::cell_count(host, seq).map_err(|e| self.fail(host, e))?;
-            if count + n > self.params.budget {
-                let target = self
-                    .params
-                    .effective_min()
-                    .min(self.params.budget.saturating_sub(n));
-                self.compress(host, seq, target)
-                    .map_err(|e| self.fail(host, e))?;
-            }
+            let prefix = self.effective_prefix(seq, host);
+            self.seq_entry(seq).stats.prefix_len = prefix;
         }
-        let prefix_len: Vec<(i32, usize)> = seq_ids
-            .iter()
-            .map(|&s| (s, self.effective_prefix(s, host)))
-            .collect();
-        for (s, p) in prefix_len {
-            self.seq_entry(s).stats.prefix_len = p;
-        }
-        Ok(())
+        result
     }
 
     /// Hook: a ubatch was computed. Records positions and captures queries.
@@ -372,9 +444,8 @@ impl Engine {
             st.pos_max = st.pos_max.max(p);
             st.n_tokens += 1;
         }
-        let capture = self.enabled
+        let capture = self.scoring() == Scoring::Policy
             && self.params.policy.uses_queries()
-            && !self.layers.is_empty()
             && q_row.iter().any(|&r| r >= 0);
         if !capture {
             return Ok(());
@@ -386,6 +457,7 @@ impl Engine {
             scratch,
             ..
         } = self;
+        let mut failed_read = None;
         for (li, layer) in layers.iter().enumerate() {
             let width = layer.n_head * layer.head_dim;
             if !layer.q_direct {
@@ -402,11 +474,8 @@ impl Engine {
                     &mut scratch.q_rows,
                 );
                 if rc < 0 {
-                    let err = EngineError::Host(format!(
-                        "read_rows(layer {}, queries) returned {rc}",
-                        layer.host_index
-                    ));
-                    return Err(self.fail(host, err));
+                    failed_read = Some((layer.host_index, rc));
+                    break;
                 }
             }
             let mut fetched = 0;
@@ -436,9 +505,14 @@ impl Engine {
                     }
                 }
                 if let Some(state) = seqs.get_mut(&s) {
-                    state.queries.layers[li].push(&scratch.q_token, p);
+                    state.queries.layers[li].push(&scratch.q_token, p, &mut scratch.queries);
                 }
             }
+        }
+        if let Some((layer, rc)) = failed_read {
+            let msg = format!("read_rows(layer {layer}, queries) returned {rc}");
+            self.enter_fallback(host, &format!("beaconkv: host callback failed: {msg}"));
+            return Err(EngineError::Host(msg));
         }
         // Attribute the capture time to sequences by their share of the tokens.
         let ms = t0.elapsed().as_secs_f64() * 1e3 / pos.len().max(1) as f64;
@@ -450,43 +524,58 @@ impl Engine {
         Ok(())
     }
 
-    /// Hook: end of a decode call. Sequences above budget are compressed to `budget_min`.
+    /// Hook: end of a decode call. Sequences above budget are compressed to `budget_min`;
+    /// every sequence's cell count is refreshed. The first error is returned.
     pub fn after_decode(&mut self, host: &mut dyn Host) -> Result<(), EngineError> {
-        let ids = self.seq_ids();
-        for seq in ids {
-            let mut count = Self::cell_count(host, seq).map_err(|e| self.fail(host, e))?;
-            if self.can_compress() && count > self.params.budget {
-                self.compress(host, seq, self.params.effective_min())
-                    .map_err(|e| self.fail(host, e))?;
-                count = Self::cell_count(host, seq).map_err(|e| self.fail(host, e))?;
+        let mut ids = std::mem::take(&mut self.scratch.ids);
+        ids.clear();
+        ids.extend(self.seqs.keys());
+        let mut result = Ok(());
+        for &seq in &ids {
+            let verifying = self.seq_entry(seq).verifying;
+            let counted = self.cell_count(host, seq).and_then(|count| {
+                if self.scoring() != Scoring::Off && count > self.params.budget && !verifying {
+                    self.compress(host, seq, self.params.effective_min())
+                } else {
+                    Ok(count)
+                }
+            });
+            match counted {
+                Ok(count) => {
+                    let st = &mut self.seq_entry(seq).stats;
+                    st.cells_in_use = count;
+                    // drafts awaiting verification are not kept cells: the peak counts kept ones
+                    if !verifying {
+                        st.cells_peak = st.cells_peak.max(count);
+                    }
+                }
+                Err(e) if result.is_ok() => result = Err(e),
+                Err(_) => {}
             }
-            let st = &mut self.seq_entry(seq).stats;
-            st.cells_in_use = count;
-            st.cells_peak = st.cells_peak.max(count);
         }
-        Ok(())
+        self.scratch.ids = ids;
+        result
     }
 
     /// One compression pass of `seq` down to `target` cells (never below prefix + window).
+    /// Returns the cells the sequence holds afterwards. When the policy's scoring fails (a K
+    /// read), the context falls back to position-only eviction, the pass is completed that way
+    /// and the failure is returned.
     pub fn compress(
         &mut self,
         host: &mut dyn Host,
         seq: i32,
         target: usize,
-    ) -> Result<(), EngineError> {
+    ) -> Result<usize, EngineError> {
         let t0 = Instant::now();
-        if self.params.policy.uses_queries() {
-            // K of the last decode call may still be in flight on an asynchronous backend.
-            host.synchronize();
-        }
+        self.seq_entry(seq);
         let mut stream = 0u32;
         let n = loop {
             let sc = &mut self.scratch;
             let total = host.seq_cells(seq, &mut sc.pos, &mut sc.cells, &mut stream);
             if total < 0 {
-                return Err(EngineError::Host(format!(
-                    "seq_cells({seq}) returned {total}"
-                )));
+                let msg = format!("seq_cells({seq}) returned {total}");
+                return Err(self.host_error(host, msg));
             }
             let total = total as usize;
             if total <= sc.cells.len() {
@@ -496,19 +585,80 @@ impl Engine {
             sc.pos.resize(total + total / 4 + 16, 0);
             sc.cells.resize(total + total / 4 + 16, 0);
         };
-        if n <= target {
-            return Ok(());
+        if n <= target || n == 0 {
+            return Ok(n);
         }
         let prefix = self.effective_prefix(seq, host);
-        let window = self.params.window;
-        let state = self.seqs.get(&seq).expect("compress on a known sequence");
+        let mut result = Ok(());
+        if self.scoring() == Scoring::Policy {
+            if self.params.policy.uses_queries() {
+                // K of the last decode call may still be in flight on an asynchronous backend.
+                host.synchronize();
+            }
+            if let Err(e) = self.score_cells(host, seq, stream, n, false) {
+                self.enter_fallback(host, &format!("beaconkv: host callback failed: {}", e.0));
+                result = Err(EngineError::Host(e.0));
+            }
+        }
+        if self.scoring() == Scoring::Positions {
+            self.score_cells(host, seq, stream, n, true)
+                .expect("position scoring reads nothing from the host");
+        }
+        let sc = &mut self.scratch;
+        select_evictions(
+            &sc.pos[..n],
+            &sc.scores[..n],
+            prefix,
+            self.params.window,
+            target,
+            &mut sc.select,
+            &mut sc.evict_idx,
+        );
+        sc.evict_cells.clear();
+        sc.evict_cells
+            .extend(sc.evict_idx.iter().map(|&i| sc.cells[i]));
+        let t1 = Instant::now();
+        if !sc.evict_cells.is_empty() {
+            let rc = host.seq_evict(seq, &sc.evict_cells);
+            if rc < 0 {
+                return Err(self.host_error(host, format!("seq_evict({seq}) returned {rc}")));
+            }
+        }
+        let t2 = Instant::now();
+        let evicted = self.scratch.evict_cells.len();
+        let bytes = self.kv_bytes_per_cell;
+        let st = &mut self.seq_entry(seq).stats;
+        st.evicted += evicted as u64;
+        st.compress_events += 1;
+        st.kv_bytes_saved += evicted as u64 * bytes;
+        st.cells_in_use = n - evicted;
+        st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
+        st.ms_evict += (t2 - t1).as_secs_f64() * 1e3;
+        result.map(|()| n - evicted)
+    }
+
+    /// One score per listed cell (`scratch.pos/cells[..n]`) into `scratch.scores[..n]`, by the
+    /// policy's scorer or, with `by_position`, by the position-only fallback.
+    fn score_cells(
+        &mut self,
+        host: &mut dyn Host,
+        seq: i32,
+        stream: u32,
+        n: usize,
+        by_position: bool,
+    ) -> Result<(), scorer::ScoreError> {
         let Engine {
             scratch: sc,
             scorer,
+            fallback,
             layers,
             params,
+            seqs,
             ..
         } = self;
+        let state = seqs
+            .get(&seq)
+            .expect("compress created the sequence's state");
         let (pos, cells) = (&sc.pos[..n], &sc.cells[..n]);
         let m_pos = (pos[n - 1] + 1).max(state.stats.pos_max + 1);
         let ctx = ScoreCtx {
@@ -523,63 +673,77 @@ impl Engine {
             prob: params.score_prob,
         };
         sc.rows.reset(n);
-        scorer
-            .score(&ctx, host, &mut sc.rows)
-            .map_err(|e| EngineError::Host(e.0))?;
         sc.scores.resize(n, 0.0);
+        if by_position {
+            fallback.score(&ctx, host, &mut sc.rows)?;
+            sc.scores[..n].copy_from_slice(sc.rows.row(0));
+            return Ok(());
+        }
+        scorer.score(&ctx, host, &mut sc.rows)?;
         reduce(&sc.rows, params.reduce, &mut sc.scores[..n], &mut sc.reduce);
         span_pool(&mut sc.scores[..n], params.span, &mut sc.reduce);
-        select_evictions(
-            pos,
-            &sc.scores[..n],
-            prefix,
-            window,
-            target,
-            &mut sc.select,
-            &mut sc.evict_idx,
-        );
-        sc.evict_cells.clear();
-        sc.evict_cells
-            .extend(sc.evict_idx.iter().map(|&i| cells[i]));
-        let t1 = Instant::now();
-        if !sc.evict_cells.is_empty() {
-            let rc = host.seq_evict(seq, &sc.evict_cells);
-            if rc < 0 {
-                return Err(EngineError::Host(format!("seq_evict({seq}) returned {rc}")));
-            }
-        }
-        let t2 = Instant::now();
-        let evicted = self.scratch.evict_cells.len();
-        let bytes = self.kv_bytes_per_cell;
-        let st = &mut self.seqs.get_mut(&seq).expect("known").stats;
-        st.evicted += evicted as u64;
-        st.compress_events += 1;
-        st.kv_bytes_saved += evicted as u64 * bytes;
-        st.cells_in_use = n - evicted;
-        st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
-        st.ms_evict += (t2 - t1).as_secs_f64() * 1e3;
         Ok(())
     }
 
-    /// The host removed positions `[p0, p1)` of `seq` (`seq < 0`: all sequences).
+    /// The host removed positions `[p0, p1)` of `seq` (`p0 < 0`: from 0; `p1 < 0`: to the end;
+    /// `seq < 0`: every sequence). Removing a whole sequence drops its state; a range drops
+    /// the queries captured there, and a removed tail lowers `pos_max` and the prompt length.
     pub fn seq_removed(&mut self, seq: i32, p0: i32, p1: i32) {
-        let whole = p0 <= 0 && p1 < 0;
-        let ids: Vec<i32> = if seq < 0 { self.seq_ids() } else { vec![seq] };
-        for id in ids {
-            if whole {
-                self.seqs.remove(&id);
-            } else if let Some(state) = self.seqs.get_mut(&id) {
-                let lo = p0.max(0);
-                let hi = if p1 < 0 { i32::MAX } else { p1 };
-                state.queries.remove_positions(lo, hi);
-                if hi == i32::MAX {
-                    state.stats.pos_max = state.stats.pos_max.min(lo - 1);
-                }
+        let lo = p0.max(0);
+        let hi = if p1 < 0 { i32::MAX } else { p1 };
+        if lo == 0 && hi == i32::MAX {
+            if seq < 0 {
+                self.seqs.clear();
+            } else {
+                self.seqs.remove(&seq);
             }
+            return;
+        }
+        let trim = |state: &mut SeqState| {
+            state.queries.remove_positions(lo, hi);
+            if hi == i32::MAX {
+                state.stats.pos_max = state.stats.pos_max.min(lo - 1);
+                state.prompt_len = state.prompt_len.min(lo as usize);
+            }
+        };
+        if seq < 0 {
+            self.seqs.values_mut().for_each(trim);
+        } else if let Some(state) = self.seqs.get_mut(&seq) {
+            trim(state);
         }
     }
 
-    /// The host copied `seq_src` into `seq_dst` (fork): the destination inherits the state.
+    /// The host copied positions `[p0, p1)` of `seq_src` into `seq_dst` (`p0 < 0`: from 0;
+    /// `p1 < 0`: to the end). A whole copy (llama-server's fork) replaces the destination's
+    /// state with the source's. A range copy into a sequence the engine does not know gives it
+    /// the source's state restricted to the range (beacons carry no position and are kept); a
+    /// range copy into a known sequence keeps the destination's query state (two beacon sets
+    /// cannot be merged) and raises its `pos_max` to the copied range.
+    pub fn seq_copied(&mut self, seq_src: i32, seq_dst: i32, p0: i32, p1: i32) {
+        if seq_src == seq_dst || seq_src < 0 || seq_dst < 0 {
+            return;
+        }
+        let Some(src) = self.seqs.get(&seq_src) else {
+            return;
+        };
+        let lo = p0.max(0);
+        let hi = if p1 < 0 { i32::MAX } else { p1 };
+        let whole = lo == 0 && hi == i32::MAX;
+        let copied_max = src.stats.pos_max.min(hi.saturating_sub(1));
+        if whole || !self.seqs.contains_key(&seq_dst) {
+            let mut state = src.clone();
+            if !whole {
+                state.queries.remove_positions(0, lo);
+                state.queries.remove_positions(hi, i32::MAX);
+                state.stats.pos_max = copied_max;
+                state.prompt_len = state.prompt_len.min(hi as usize);
+            }
+            self.seqs.insert(seq_dst, state);
+        } else if let Some(dst) = self.seqs.get_mut(&seq_dst) {
+            dst.stats.pos_max = dst.stats.pos_max.max(copied_max);
+        }
+    }
+
     /// The plugin state of `seq` (see `state.rs`); None for a sequence the engine does not know.
     pub fn save_seq(&self, seq: i32) -> Option<Vec<u8>> {
         let state = self.seqs.get(&seq)?;
@@ -630,6 +794,7 @@ impl Engine {
             } else {
                 Phase::Prompt
             },
+            verifying: false,
             prompt_len: r.u64()? as usize,
             queries: self.new_queries(),
             stats: SeqStats::new(),
@@ -659,14 +824,5 @@ impl Engine {
         r.finish()?;
         self.seqs.insert(seq, state);
         Ok(())
-    }
-
-    pub fn seq_copied(&mut self, seq_src: i32, seq_dst: i32) {
-        if seq_src == seq_dst {
-            return;
-        }
-        if let Some(state) = self.seqs.get(&seq_src).cloned() {
-            self.seqs.insert(seq_dst, state);
-        }
     }
 }

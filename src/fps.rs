@@ -13,30 +13,68 @@ use crate::kread::dot;
 /// F.normalize's eps: rows with a smaller norm are divided by eps instead (zero stays zero).
 const NORM_EPS: f32 = 1e-12;
 
+/// Buffers of one sampling, reused between calls so that a warm sampler never allocates.
+#[derive(Clone, Debug, Default)]
+pub struct FpsScratch {
+    unit: Vec<f32>,
+    colsum: Vec<f32>,
+    means: Vec<f32>,
+    max_sim: Vec<f32>,
+    selected: Vec<usize>,
+}
+
 /// Cosine furthest-point sampling exactly like the seed's _farthest_point_sampling for one
 /// (batch, head) group: points: n rows of dim floats (row-major). Returns k indices (in
 /// selection order). If n <= k returns 0..n.
 /// Start = argmin of mean cosine similarity; then greedily argmin of running max similarity.
 /// Ties: lowest index (torch argmin).
 pub fn farthest_point_sampling(points: &[f32], n: usize, dim: usize, k: usize) -> Vec<usize> {
+    farthest_point_sampling_in(points, n, dim, k, &mut FpsScratch::default()).to_vec()
+}
+
+/// [`farthest_point_sampling`] with caller-owned buffers; the result lives in `scratch`.
+pub fn farthest_point_sampling_in<'s>(
+    points: &[f32],
+    n: usize,
+    dim: usize,
+    k: usize,
+    scratch: &'s mut FpsScratch,
+) -> &'s [usize] {
     assert_eq!(points.len(), n * dim, "points is not n x dim");
+    let selected = &mut scratch.selected;
+    selected.clear();
     if n <= k {
-        return (0..n).collect();
+        selected.extend(0..n);
+    } else if dim == 0 {
+        selected.resize(k, 0); // every similarity is 0: torch's argmin keeps picking index 0
+    } else {
+        normalize_rows(points, dim, &mut scratch.unit);
+        mean_similarities(
+            &scratch.unit,
+            dim,
+            n,
+            &mut scratch.colsum,
+            &mut scratch.means,
+        );
+        let start = argmin(scratch.means.iter().copied());
+        greedy(&scratch.unit, dim, start, k, &mut scratch.max_sim, selected);
     }
-    if dim == 0 {
-        return vec![0; k]; // every similarity is 0: torch's argmin keeps picking index 0
-    }
-    let unit = normalized_rows(points, dim);
-    let start = argmin(mean_similarities(&unit, dim, n).into_iter());
-    greedy(&unit, dim, start, k)
+    &scratch.selected
 }
 
 /// The seed's loop from `start`: keep each point's highest similarity to anything selected
 /// and take the point where that is lowest; k-1 times.
-fn greedy(unit: &[f32], dim: usize, start: usize, k: usize) -> Vec<usize> {
+fn greedy(
+    unit: &[f32],
+    dim: usize,
+    start: usize,
+    k: usize,
+    max_sim: &mut Vec<f32>,
+    selected: &mut Vec<usize>,
+) {
     let row = |i: usize| &unit[i * dim..(i + 1) * dim];
-    let mut selected = Vec::with_capacity(k);
-    let mut max_sim = vec![f32::NEG_INFINITY; unit.len() / dim];
+    max_sim.clear();
+    max_sim.resize(unit.len() / dim, f32::NEG_INFINITY);
     let mut next = start;
     while selected.len() < k {
         selected.push(next);
@@ -49,30 +87,35 @@ fn greedy(unit: &[f32], dim: usize, start: usize, k: usize) -> Vec<usize> {
         }
         next = argmin(max_sim.iter().copied());
     }
-    selected
 }
 
-/// Rows scaled to unit L2 norm, as `F.normalize(p=2, dim=-1, eps=1e-12)`.
-fn normalized_rows(points: &[f32], dim: usize) -> Vec<f32> {
-    let mut unit = points.to_vec();
+/// Rows scaled to unit L2 norm, as `F.normalize(p=2, dim=-1, eps=1e-12)`, into `unit`.
+fn normalize_rows(points: &[f32], dim: usize, unit: &mut Vec<f32>) {
+    unit.clear();
+    unit.extend_from_slice(points);
     for r in unit.chunks_exact_mut(dim) {
         let norm = dot(r, r).sqrt().max(NORM_EPS);
         r.iter_mut().for_each(|v| *v /= norm);
     }
-    unit
 }
 
 /// Mean cosine similarity of every row to all n rows (itself included, as the seed's matrix
 /// mean): `q_i · (Σ_j q_j) / n`, one column-sum pass instead of the full Gram matrix.
 /// Identical rows get bit-identical means, so exact ties stay ties.
-fn mean_similarities(unit: &[f32], dim: usize, n: usize) -> Vec<f32> {
-    let mut colsum = vec![0.0f32; dim];
+fn mean_similarities(
+    unit: &[f32],
+    dim: usize,
+    n: usize,
+    colsum: &mut Vec<f32>,
+    means: &mut Vec<f32>,
+) {
+    colsum.clear();
+    colsum.resize(dim, 0.0);
     for r in unit.chunks_exact(dim) {
         colsum.iter_mut().zip(r).for_each(|(s, v)| *s += v);
     }
-    unit.chunks_exact(dim)
-        .map(|r| dot(r, &colsum) / n as f32)
-        .collect()
+    means.clear();
+    means.extend(unit.chunks_exact(dim).map(|r| dot(r, colsum) / n as f32));
 }
 
 /// Index of the smallest value, first one on ties (torch/numpy argmin).
@@ -129,8 +172,22 @@ mod tests {
 
     #[test]
     fn normalize_keeps_zero_rows_zero() {
-        let u = normalized_rows(&[0.0, 0.0, 3.0, 4.0], 2);
+        let mut u = Vec::new();
+        normalize_rows(&[0.0, 0.0, 3.0, 4.0], 2, &mut u);
         assert_eq!(u, [0.0, 0.0, 0.6, 0.8]);
+    }
+
+    #[test]
+    fn reused_scratch_gives_the_same_choices() {
+        let pts: Vec<f32> = (0..40 * 6)
+            .map(|i| ((i * 37 % 23) as f32 - 11.0) / 5.0)
+            .collect();
+        let mut scratch = FpsScratch::default();
+        for (n, k) in [(40, 8), (12, 3), (40, 39), (5, 9)] {
+            let fresh = farthest_point_sampling(&pts[..n * 6], n, 6, k);
+            let reused = farthest_point_sampling_in(&pts[..n * 6], n, 6, k, &mut scratch);
+            assert_eq!(reused, &fresh[..], "n={n} k={k}");
+        }
     }
 
     #[test]
@@ -138,8 +195,9 @@ mod tests {
         let pts: Vec<f32> = (0..7 * 5)
             .map(|i| ((i * 31 % 17) as f32 - 8.0) / 3.0)
             .collect();
-        let u = normalized_rows(&pts, 5);
-        let means = mean_similarities(&u, 5, 7);
+        let (mut u, mut colsum, mut means) = (Vec::new(), Vec::new(), Vec::new());
+        normalize_rows(&pts, 5, &mut u);
+        mean_similarities(&u, 5, 7, &mut colsum, &mut means);
         for (i, m) in means.iter().enumerate() {
             let row = &u[i * 5..i * 5 + 5];
             let full: f32 = u.chunks(5).map(|r| dot(row, r)).sum::<f32>() / 7.0;

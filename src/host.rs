@@ -76,6 +76,9 @@ pub trait Host {
     fn n_layers(&mut self) -> i32;
     fn get_layer(&mut self, i: i32, out: &mut RawLayer) -> i32;
     /// Cells of `seq` sorted by position; fills `min(len, count)` entries, returns the count.
+    /// Empty `pos`/`cells` ask for the count only, which a host answers without listing or
+    /// sorting (the C form passes `cap == 0`): the engine counts on every decode step and lists
+    /// only when it compresses.
     fn seq_cells(&mut self, seq: i32, pos: &mut [i32], cells: &mut [u32], stream: &mut u32) -> i32;
     fn seq_evict(&mut self, seq: i32, cells: &[u32]) -> i32;
     fn synchronize(&mut self);
@@ -101,12 +104,6 @@ pub struct HostPtr(pub *const u8);
 // SAFETY: the pointer is only read, inside hooks serialised by the context mutex.
 unsafe impl Send for HostPtr {}
 unsafe impl Sync for HostPtr {}
-
-impl HostPtr {
-    pub fn is_null(self) -> bool {
-        self.0.is_null()
-    }
-}
 
 use crate::ggml_types::GgmlType;
 use crate::rope::Rope;

@@ -1,5 +1,7 @@
-//! KV-cache memory arithmetic: what a token costs, so budgets can be stated in bytes.
+//! KV-cache memory arithmetic: what a token costs, and how many physical cells a host should
+//! allocate for a budget.
 
+use crate::config::{Params, Policy};
 use crate::ggml_types::GgmlType;
 
 /// The shape facts of a model's KV cache that determine its size.
@@ -25,9 +27,72 @@ pub fn kv_bytes_per_token(d: &ModelDesc) -> u64 {
     (per_layer * d.n_layer) as u64
 }
 
-/// K+V bytes for `n_tokens` cached tokens.
-pub fn kv_bytes(d: &ModelDesc, n_tokens: u64) -> u64 {
-    kv_bytes_per_token(d) * n_tokens
+/// Most cells of slack a stream gets beyond its sequences' budgets: `max(budget / 8, 32)`.
+///
+/// The slack holds the tokens of one ubatch while they are placed (every token of a decode
+/// call is placed before any is computed, and `before_batch` makes room before placement), so
+/// it is also the largest ubatch a host should use: see [`physical_cells`].
+pub fn max_slack(budget: usize) -> usize {
+    (budget / 8).max(32)
+}
+
+/// Physical KV cells a host should allocate (all streams together) for `p`, `n_seq`
+/// sequences and ubatches of `n_ubatch` tokens; 0 = no gain, allocate the logical context.
+///
+/// Per stream: the budget of every sequence the stream holds (`n_seq` with a unified cache, one
+/// otherwise) plus a slack of `n_ubatch` cells: one ubatch is placed before it is computed. The
+/// host clamps `n_ubatch` to `max_slack(budget)` unless it needs larger batches (speculative
+/// verification batches of 1 + drafts); the slack follows. Each stream is rounded up to a
+/// multiple of 256 cells (what ggml's CUDA flash attention prefers), or else of 32, only while
+/// that stays within the largest slack; otherwise it is left as computed.
+/// `kv_cells_override > 0` is taken as given (the user's `--kv-cells`). `n_ctx_logical` is the
+/// logical context over all sequences, as llama.cpp's `n_ctx` (0 = unknown); when the physical
+/// size of a stream would reach the logical one (llama.cpp pads `n_ctx` and `n_ctx / n_seq`
+/// to 256), there is nothing to gain and the result is 0. Policy `none` evicts nothing: 0.
+pub fn physical_cells(
+    p: &Params,
+    n_seq: usize,
+    n_ubatch: usize,
+    unified: bool,
+    n_ctx_logical: u64,
+    kv_cells_override: usize,
+) -> u64 {
+    if p.policy == Policy::None {
+        return 0;
+    }
+    let n_seq = n_seq.max(1) as u64;
+    let streams = if unified { 1 } else { n_seq };
+    let per_stream = if kv_cells_override > 0 {
+        (kv_cells_override as u64).div_ceil(streams)
+    } else {
+        let budget = p.budget as u64;
+        let seqs_per_stream = if unified { n_seq } else { 1 };
+        let slack = n_ubatch.max(1) as u64;
+        let need = seqs_per_stream * budget + slack;
+        let bound = seqs_per_stream * budget + slack.max(max_slack(p.budget) as u64);
+        [256u64, 32]
+            .into_iter()
+            .map(|granule| need.div_ceil(granule) * granule)
+            .find(|&rounded| rounded <= bound)
+            .unwrap_or(need)
+    };
+    if n_ctx_logical > 0 {
+        let pad = |v: u64| v.div_ceil(256) * 256;
+        let logical_total = pad(n_ctx_logical);
+        let logical_per_stream = if unified {
+            logical_total
+        } else {
+            pad(logical_total / n_seq)
+        };
+        if per_stream >= logical_per_stream {
+            return 0;
+        }
+    }
+    if kv_cells_override > 0 {
+        kv_cells_override as u64
+    } else {
+        per_stream * streams
+    }
 }
 
 #[cfg(test)]
@@ -54,7 +119,6 @@ mod tests {
     fn smollm2_f16_is_23040_bytes_per_token() {
         let d = smollm2(GgmlType::F16, GgmlType::F16);
         assert_eq!(kv_bytes_per_token(&d), 23040);
-        assert_eq!(kv_bytes(&d, 4096), 23040 * 4096);
     }
 
     #[test]
@@ -77,7 +141,7 @@ mod tests {
                 type_v: GgmlType::F16,
             };
             let seed = seed_calc(l as u64, h as u64, hd as u64, 1000);
-            assert_eq!(kv_bytes(&d, 1000), seed, "{l} {h} {hd}");
+            assert_eq!(kv_bytes_per_token(&d) * 1000, seed, "{l} {h} {hd}");
         }
     }
 
@@ -93,5 +157,85 @@ mod tests {
         };
         // K: 192/32 = 6 blocks * 18 bytes; V: 128 * 4
         assert_eq!(kv_bytes_per_token(&d), 2 * 4 * (108 + 512));
+    }
+
+    fn params(spec: &str) -> Params {
+        Params::parse(spec).unwrap()
+    }
+
+    #[test]
+    fn slack_is_an_eighth_of_the_budget_or_32() {
+        assert_eq!(max_slack(64), 32);
+        assert_eq!(max_slack(256), 32);
+        assert_eq!(max_slack(1024), 128);
+        assert_eq!(max_slack(4096), 512);
+    }
+
+    #[test]
+    fn physical_cells_per_stream_and_unified() {
+        let b256 = params("budget=256");
+        // one sequence, ubatches clamped to max_slack: 256 + 32 = 288 (256-rounding would pass it)
+        assert_eq!(physical_cells(&b256, 1, 32, false, 8192, 0), 288);
+        assert_eq!(
+            physical_cells(&b256, 1, 16, false, 8192, 0),
+            288,
+            "272 -> 288"
+        );
+        // a larger ubatch (speculative verification) gets its slack: 256 + 49, exact (320 > bound)
+        assert_eq!(physical_cells(&b256, 1, 49, false, 8192, 0), 305);
+        let b2048 = params("budget=2048,window=64");
+        assert_eq!(physical_cells(&b2048, 1, 256, false, 65536, 0), 2304);
+        assert_eq!(
+            physical_cells(&b2048, 1, 100, false, 65536, 0),
+            2304,
+            "2148 -> 2304"
+        );
+        // four split streams: each 1024 + 128; unified: 4 * 1024 + 128 once
+        let b1024 = params("budget=1024");
+        assert_eq!(physical_cells(&b1024, 4, 128, false, 65536, 0), 4 * 1152);
+        assert_eq!(physical_cells(&b1024, 4, 128, true, 65536, 0), 4224);
+        // a budget that is not a multiple of 32 stays as computed
+        let odd = params("budget=200,window=16");
+        assert_eq!(physical_cells(&odd, 1, 32, false, 8192, 0), 232);
+        // every ubatch fits; with ubatches clamped to max_slack, never more than budget + max_slack
+        for budget in [64usize, 100, 256, 300, 1000, 1024, 3000, 4096] {
+            let p = params(&format!("budget={budget},window=8"));
+            for n_ub in [1usize, 32, 64, 512, 4096] {
+                let cells = physical_cells(&p, 1, n_ub, false, 1 << 30, 0) as usize;
+                assert!(cells >= budget + n_ub, "{budget} {n_ub}: {cells}");
+                assert!(
+                    cells <= budget + n_ub.max(max_slack(budget)),
+                    "{budget} {n_ub}: {cells}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_gain_and_overrides() {
+        let b256 = params("budget=256");
+        assert_eq!(
+            physical_cells(&b256, 1, 32, false, 300, 0),
+            288,
+            "logical 300 pads to 512"
+        );
+        assert_eq!(physical_cells(&b256, 1, 32, false, 256, 0), 0, "288 >= 256");
+        assert_eq!(
+            physical_cells(&b256, 1, 32, false, 0, 0),
+            288,
+            "unknown logical size"
+        );
+        assert_eq!(physical_cells(&params("none"), 1, 512, false, 8192, 0), 0);
+        assert_eq!(physical_cells(&b256, 2, 512, false, 8192, 1000), 1000);
+        assert_eq!(
+            physical_cells(&b256, 2, 512, false, 1024, 1000),
+            1000,
+            "500 < 512 a stream"
+        );
+        assert_eq!(
+            physical_cells(&b256, 2, 512, false, 512, 1000),
+            0,
+            "500 >= 256 a stream"
+        );
     }
 }

@@ -11,8 +11,17 @@
 //! Storage is one flat `Vec<f32>` per layer laid out `[head][slot][dim]`, so scoring reads each
 //! head's queries contiguously.
 
-use crate::fps::farthest_point_sampling;
+use crate::fps::{farthest_point_sampling_in, FpsScratch};
 use crate::state::{ReadResult, Reader, Writer};
+
+/// Buffers of a beacon refresh, shared by every store of a context (one refresh runs at a
+/// time) so that a warm store never allocates.
+#[derive(Clone, Debug, Default)]
+pub struct QueryScratch {
+    fps: FpsScratch,
+    /// One head's chosen beacons while they are compacted.
+    head: Vec<f32>,
+}
 
 /// Which views a store maintains and how large they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +53,6 @@ pub struct LayerQueries {
     ring_next: usize,
     ring_buf: Vec<f32>,
     ring_pos: Vec<i32>,
-    /// FPS compaction scratch, one head's buffer.
-    scratch: Vec<f32>,
 }
 
 impl LayerQueries {
@@ -70,12 +77,7 @@ impl LayerQueries {
             ring_next: 0,
             ring_buf: vec![0.0; n_head * ring_cap * head_dim],
             ring_pos: vec![0; ring_cap],
-            scratch: vec![0.0; cap * head_dim],
         }
-    }
-
-    pub fn n_head(&self) -> usize {
-        self.n_head
     }
 
     pub fn head_dim(&self) -> usize {
@@ -83,12 +85,12 @@ impl LayerQueries {
     }
 
     /// Append the pre-RoPE query of one token (`n_head * head_dim` values) at position `pos`.
-    pub fn push(&mut self, q: &[f32], pos: i32) {
+    pub fn push(&mut self, q: &[f32], pos: i32, scratch: &mut QueryScratch) {
         let d = self.head_dim;
         debug_assert_eq!(q.len(), self.n_head * d);
         if self.cap > 0 {
             if self.count == self.cap {
-                self.refresh_beacons();
+                self.refresh_beacons(scratch);
             }
             let slot = self.count;
             for h in 0..self.n_head {
@@ -111,17 +113,20 @@ impl LayerQueries {
     }
 
     /// Continual FPS: keep `n_beacons` representative queries of each head, empty the recent slots.
-    pub fn refresh_beacons(&mut self) {
+    pub fn refresh_beacons(&mut self, scratch: &mut QueryScratch) {
         let d = self.head_dim;
         let keep = self.n_beacons_target.min(self.count);
         for h in 0..self.n_head {
             let base = h * self.cap * d;
             let head = &mut self.buf[base..base + self.count * d];
-            let chosen = farthest_point_sampling(head, self.count, d, keep);
-            for (i, &src) in chosen.iter().enumerate() {
-                self.scratch[i * d..(i + 1) * d].copy_from_slice(&head[src * d..(src + 1) * d]);
+            let chosen = farthest_point_sampling_in(head, self.count, d, keep, &mut scratch.fps);
+            scratch.head.clear();
+            for &src in chosen {
+                scratch
+                    .head
+                    .extend_from_slice(&head[src * d..(src + 1) * d]);
             }
-            head[..keep * d].copy_from_slice(&self.scratch[..keep * d]);
+            head[..keep * d].copy_from_slice(&scratch.head);
         }
         self.count = keep;
         self.n_beacons = keep;
@@ -174,25 +179,31 @@ impl LayerQueries {
             w += 1;
         }
         self.count = w;
-        // Ring: rebuild oldest-first without the removed entries.
+        // Ring: rotate oldest-first into slot 0, then compact the same way (in place).
         if self.ring_len > 0 {
-            let start = (self.ring_next + self.ring_cap - self.ring_len) % self.ring_cap;
-            let order: Vec<usize> = (0..self.ring_len)
-                .map(|i| (start + i) % self.ring_cap)
-                .filter(|&s| !gone(self.ring_pos[s]))
-                .collect();
-            let old_buf = self.ring_buf.clone();
-            let old_pos = self.ring_pos.clone();
-            for (w, &s) in order.iter().enumerate() {
-                self.ring_pos[w] = old_pos[s];
-                for h in 0..self.n_head {
-                    let base = h * self.ring_cap * d;
-                    self.ring_buf[base + w * d..base + (w + 1) * d]
-                        .copy_from_slice(&old_buf[base + s * d..base + (s + 1) * d]);
-                }
+            let cap = self.ring_cap;
+            let start = (self.ring_next + cap - self.ring_len) % cap;
+            self.ring_pos.rotate_left(start);
+            for h in 0..self.n_head {
+                self.ring_buf[h * cap * d..(h + 1) * cap * d].rotate_left(start * d);
             }
-            self.ring_len = order.len();
-            self.ring_next = order.len() % self.ring_cap;
+            let mut w = 0;
+            for r in 0..self.ring_len {
+                if gone(self.ring_pos[r]) {
+                    continue;
+                }
+                if w != r {
+                    self.ring_pos[w] = self.ring_pos[r];
+                    for h in 0..self.n_head {
+                        let base = h * cap * d;
+                        self.ring_buf
+                            .copy_within(base + r * d..base + (r + 1) * d, base + w * d);
+                    }
+                }
+                w += 1;
+            }
+            self.ring_len = w;
+            self.ring_next = w % cap;
         }
     }
 }
@@ -277,11 +288,11 @@ mod tests {
     fn prompt_fills_then_fps_keeps_beacons() {
         let mut l = LayerQueries::new(&cfg(2, 3), 2, 4);
         for p in 0..5 {
-            l.push(&q(p as f32, 2, 4), p);
+            l.push(&q(p as f32, 2, 4), p, &mut QueryScratch::default());
         }
         assert_eq!(l.beacons(0).len(), 0);
         assert_eq!(l.recent(1).1, &[0, 1, 2, 3, 4]);
-        l.push(&q(5.0, 2, 4), 5); // full: FPS keeps 2 beacons, then appends
+        l.push(&q(5.0, 2, 4), 5, &mut QueryScratch::default()); // full: FPS keeps 2 beacons, then appends
         assert_eq!(l.beacons(0).len(), 2 * 4);
         assert_eq!(l.recent(0).1, &[5]);
         assert_eq!(l.ring(0).1.len(), 3);
@@ -291,7 +302,7 @@ mod tests {
     fn zero_recent_still_admits_new_queries() {
         let mut l = LayerQueries::new(&cfg(2, 0), 1, 2);
         for p in 0..10 {
-            l.push(&[p as f32, 1.0], p);
+            l.push(&[p as f32, 1.0], p, &mut QueryScratch::default());
         }
         assert!(l.beacons(0).len() + l.recent(0).0.len() <= 3 * 2);
         assert_eq!(l.recent(0).1.last(), Some(&9));
@@ -300,8 +311,9 @@ mod tests {
     #[test]
     fn remove_positions_drops_recent_and_ring_entries() {
         let mut l = LayerQueries::new(&cfg(4, 4), 1, 2);
+        let mut scratch = QueryScratch::default();
         for p in 0..6 {
-            l.push(&[p as f32, 1.0], p);
+            l.push(&[p as f32, 1.0], p, &mut scratch);
         }
         l.remove_positions(3, i32::MAX);
         assert_eq!(l.recent(0).1, &[0, 1, 2]);
@@ -309,7 +321,24 @@ mod tests {
         let (rq, rp) = l.ring(0);
         assert_eq!(rp, &[2]);
         assert_eq!(rq, &[2.0, 1.0]);
-        l.push(&[9.0, 1.0], 9);
+        l.push(&[9.0, 1.0], 9, &mut scratch);
         assert_eq!(l.ring(0).1, &[2, 9]);
+    }
+
+    #[test]
+    fn removal_from_a_wrapped_ring_keeps_oldest_first_order() {
+        let mut l = LayerQueries::new(&cfg(0, 4), 2, 1);
+        let mut scratch = QueryScratch::default();
+        for p in 0..7 {
+            l.push(&[p as f32, 10.0 + p as f32], p, &mut scratch);
+        }
+        assert_eq!(l.ring(1).1, &[4, 5, 6, 3], "slot order of a wrapped ring");
+        l.remove_positions(4, 6);
+        assert_eq!(l.ring(0), (&[3.0, 6.0][..], &[3, 6][..]));
+        assert_eq!(l.ring(1).0, &[13.0, 16.0]);
+        l.push(&[7.0, 17.0], 7, &mut scratch);
+        l.push(&[8.0, 18.0], 8, &mut scratch);
+        l.push(&[9.0, 19.0], 9, &mut scratch);
+        assert_eq!(l.ring(0).1, &[9, 6, 7, 8]);
     }
 }

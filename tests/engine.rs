@@ -70,14 +70,35 @@ fn write_token(
 }
 
 fn host_with_rope(via_read_rows: bool, hadamard: bool) -> FakeHost {
-    let mut host = FakeHost::new(1, 4, 2, D, 256, 128);
-    let raw = &mut host.layers[0].raw;
-    raw.rope_n_dims = D as i32;
-    raw.rope_mode = 2;
-    raw.rope_n_ctx_orig = 4096;
-    raw.hadamard_n = if hadamard { D as i32 } else { 0 };
+    let mut host = FakeHost::new(1, 4, 2, D, 256, 128).with_rope();
+    host.layers[0].raw.hadamard_n = if hadamard { D as i32 } else { 0 };
     host.via_read_rows = via_read_rows;
     host
+}
+
+/// One decode call of sequence 0 bringing positions `from..from + n`, queries not captured, as
+/// the host makes it: `before_batch`, placement, `after_ubatch`, then `after_decode` when
+/// `finish`.
+fn feed(engine: &mut Engine, host: &mut FakeHost, from: i32, n: i32, finish: bool) {
+    engine.before_batch(host, &[0], &[n], None).unwrap();
+    let pos: Vec<i32> = (from..from + n).collect();
+    for &p in &pos {
+        host.place(0, p);
+    }
+    let n = n as usize;
+    engine
+        .after_ubatch(host, &pos, &vec![0; n], &vec![-1; n])
+        .unwrap();
+    if finish {
+        engine.after_decode(host).unwrap();
+    }
+}
+
+/// Single-token decode calls of sequence 0 for the positions of `range`.
+fn generate(engine: &mut Engine, host: &mut FakeHost, range: std::ops::Range<i32>, finish: bool) {
+    for p in range {
+        feed(engine, host, p, 1, finish);
+    }
 }
 
 /// Recent policy with one recent query: a cell's score is the last query (at its own position)
@@ -225,32 +246,16 @@ fn beacon_keeps_planted_keys_streaming_does_not() {
 
 #[test]
 fn prompt_phase_sets_prefix_and_fork_inherits() {
-    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let params = Params::parse("streaming,budget=64,min=48,window=8,prefix_max=32").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
-    for chunk in [(0, 10), (10, 10)] {
-        engine
-            .before_batch(&mut host, &[0], &[chunk.1], None)
-            .unwrap();
-        let pos: Vec<i32> = (chunk.0..chunk.0 + chunk.1).collect();
-        for &p in &pos {
-            host.place(0, p);
-        }
-        engine
-            .after_ubatch(&mut host, &pos, &vec![0; pos.len()], &vec![-1; pos.len()])
-            .unwrap();
-        engine.after_decode(&mut host).unwrap();
-    }
-    for p in 20..200 {
-        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
-        host.place(0, p);
-        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
-        engine.after_decode(&mut host).unwrap();
-    }
+    feed(&mut engine, &mut host, 0, 10, true);
+    feed(&mut engine, &mut host, 10, 10, true);
+    generate(&mut engine, &mut host, 20..200, true);
     let kept = host.positions(0);
     assert!((0..20).all(|p| kept.contains(&p)), "prompt kept");
     assert_eq!(engine.stats(0).prefix_len, 20);
-    engine.seq_copied(0, 3);
+    engine.seq_copied(0, 3, -1, -1);
     assert_eq!(engine.stats(3).n_tokens, 200);
     engine.seq_removed(-1, -1, -1);
     assert!(engine.seq_ids().is_empty());
@@ -258,22 +263,11 @@ fn prompt_phase_sets_prefix_and_fork_inherits() {
 
 #[test]
 fn prefix_is_capped_with_one_warning() {
-    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let params = Params::parse("streaming,budget=64,min=48,window=8,prefix_max=64").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
-    engine.before_batch(&mut host, &[0], &[60], None).unwrap();
-    let pos: Vec<i32> = (0..60).collect();
-    for &p in &pos {
-        host.place(0, p);
-    }
-    engine
-        .after_ubatch(&mut host, &pos, &[0; 60], &[-1; 60])
-        .unwrap();
-    for p in 60..100 {
-        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
-        host.place(0, p);
-        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
-    }
+    feed(&mut engine, &mut host, 0, 60, false);
+    generate(&mut engine, &mut host, 60..100, false);
     assert_eq!(engine.stats(0).prefix_len, 40);
     assert_eq!(host.logs.iter().filter(|m| m.contains("capped")).count(), 1);
 }
@@ -283,45 +277,199 @@ fn prefix_is_capped_with_one_warning() {
 /// so a long prompt left `budget + 1` cells after `after_decode`.
 #[test]
 fn prompt_prefix_cap_leaves_room_for_the_newest_cell() {
-    let params = Params::parse("random,budget=10,min=10,window=0,prefix=prompt").unwrap();
+    let params =
+        Params::parse("random,budget=10,min=10,window=0,prefix=prompt,prefix_max=12").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 64, 8);
     let mut engine = Engine::new(params, &mut host);
-    engine.before_batch(&mut host, &[0], &[12], None).unwrap();
-    let pos: Vec<i32> = (0..12).collect();
-    for &p in &pos {
-        host.place(0, p);
-    }
-    engine
-        .after_ubatch(&mut host, &pos, &[0; 12], &[-1; 12])
-        .unwrap();
-    engine.after_decode(&mut host).unwrap();
+    feed(&mut engine, &mut host, 0, 12, true);
     for p in 12..30 {
-        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
-        host.place(0, p);
-        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
-        engine.after_decode(&mut host).unwrap();
+        feed(&mut engine, &mut host, p, 1, true);
         let n = host.positions(0).len();
         assert!(n <= 10, "{n} cells > budget 10 at position {p}");
     }
     assert_eq!(engine.stats(0).prefix_len, 9);
 }
 
+/// A failing `seq_evict` is returned to the caller and logged once; the policy keeps running
+/// and the next call tries again.
 #[test]
-fn host_error_disables_compression() {
+fn host_error_is_returned_and_the_next_call_retries() {
     let params = Params::parse("random,budget=16,min=12,window=4,prefix=2").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 64, 8);
     let mut engine = Engine::new(params, &mut host);
-    host.fail_evict = true;
-    let mut result = Ok(());
-    for p in 0..20 {
-        result = engine.before_batch(&mut host, &[0], &[1], None);
-        if result.is_err() {
-            break;
+    host.fail.seq_evict = 3;
+    let mut errors = 0;
+    for p in 0..40 {
+        match engine.before_batch(&mut host, &[0], &[1], None) {
+            Ok(()) => {}
+            Err(EngineError::Host(m)) => {
+                assert!(m.contains("seq_evict"), "{m}");
+                errors += 1;
+            }
         }
         host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[-1]).unwrap();
+        engine.after_decode(&mut host).ok();
+        assert!(engine.is_enabled() && !engine.in_fallback());
     }
-    assert!(matches!(result, Err(EngineError::Host(_))));
-    assert!(!engine.is_enabled());
+    assert!(errors >= 1, "no failure seen");
+    assert!(
+        host.count(0) <= 16,
+        "the policy evicts again once the host recovers"
+    );
+    let logged = host.logs.iter().filter(|m| m.contains("seq_evict")).count();
+    assert_eq!(logged, 1, "{:?}", host.logs);
+}
+
+/// A failed K read while scoring moves the context to position-only eviction: the pass that
+/// failed is completed that way, later passes read no K, it is logged once, and the sequence
+/// stays within its budget.
+#[test]
+fn failed_k_read_falls_back_to_position_only_eviction() {
+    let params = Params::parse("beacon,budget=32,min=24,window=4,prefix=2").unwrap();
+    let mut host = FakeHost::new(2, 2, 1, D, 128, 8).with_rope();
+    host.via_read_rows = true;
+    let mut engine = Engine::new(params, &mut host);
+    let mut rng = Lcg(5);
+    let mut failed_at = None;
+    for p in 0..200 {
+        if p == 60 {
+            host.fail.read_rows = 1;
+        }
+        let r = engine.before_batch(&mut host, &[0], &[1], None);
+        if r.is_err() {
+            failed_at.get_or_insert(p);
+        }
+        let cell = host.place(0, p);
+        for l in 0..2 {
+            host.k_row_mut(l, cell)
+                .iter_mut()
+                .for_each(|v| *v = f16::from_f32(rng.next()));
+            host.q_row_mut(l, 0)
+                .iter_mut()
+                .for_each(|v| *v = rng.next());
+        }
+        let r = engine.after_ubatch(&mut host, &[p], &[0], &[0]);
+        if r.is_err() {
+            failed_at.get_or_insert(p);
+        }
+        engine.after_decode(&mut host).unwrap();
+        assert!(host.count(0) <= 32, "{} cells at {p}", host.count(0));
+    }
+    assert!(failed_at.is_some());
+    assert!(engine.in_fallback() && !engine.is_enabled());
+    assert!(engine.failure().unwrap().contains("read_rows"));
+    let reads = (host.k_reads, host.q_reads);
+    for p in 200..260 {
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+        assert!(host.count(0) <= 32);
+    }
+    assert_eq!(
+        (host.k_reads, host.q_reads),
+        reads,
+        "no K or query read in fallback"
+    );
+    let kept = host.positions(0);
+    assert!(kept.starts_with(&[0, 1]), "prefix kept: {kept:?}");
+    assert_eq!(kept[kept.len() - 4..], [256, 257, 258, 259], "newest kept");
+    let said = host
+        .logs
+        .iter()
+        .filter(|m| m.contains("position-only"))
+        .count();
+    assert_eq!(said, 1, "{:?}", host.logs);
+}
+
+/// `prefix=prompt` protects at most `prefix_max` cells (default budget/4), so a long prompt
+/// leaves room for scored middle cells.
+#[test]
+fn prompt_prefix_is_bounded_by_prefix_max() {
+    let params = Params::parse("random,budget=64,min=48,window=8").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
+    let mut engine = Engine::new(params, &mut host);
+    feed(&mut engine, &mut host, 0, 40, true);
+    generate(&mut engine, &mut host, 40..200, true);
+    assert_eq!(engine.stats(0).prefix_len, 16);
+    let kept = host.positions(0);
+    assert!((0..16).all(|p| kept.contains(&p)), "bounded prefix kept");
+    assert!(
+        (16..40).any(|p| !kept.contains(&p)),
+        "the rest of the prompt competes"
+    );
+    assert!(
+        kept.iter().any(|&p| (40..192).contains(&p)),
+        "middle cells survive: {kept:?}"
+    );
+    assert!(
+        !host.logs.iter().any(|m| m.contains("capped")),
+        "the prefix_max bound is not a warning"
+    );
+}
+
+/// Decode steps that do not compress only count cells (the `cap == 0` contract); listing
+/// happens in compression passes only.
+#[test]
+fn decode_steps_count_cells_without_listing() {
+    let params = Params::parse("beacon,budget=64,min=48,window=8").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 8).with_rope();
+    let mut engine = Engine::new(params, &mut host);
+    for p in 0..300 {
+        let (counts, lists) = (host.count_calls, host.list_calls);
+        let events = engine.stats(0).compress_events;
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        host.place(0, p);
+        engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+        let passes = engine.stats(0).compress_events - events;
+        assert_eq!(host.list_calls - lists, passes as usize, "step {p}");
+        if passes == 0 {
+            assert_eq!(host.count_calls - counts, 2, "step {p}: before + after");
+        }
+    }
+    assert!(engine.stats(0).compress_events >= 10);
+}
+
+/// `seq_copied` honours its range; `seq_removed` of a tail lowers the prompt length.
+#[test]
+fn ranged_copies_and_removals() {
+    let params = Params::parse("recent,recent=8,budget=64,min=48,window=8,prefix_max=64").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 32).with_rope();
+    let mut engine = Engine::new(params, &mut host);
+    engine.before_batch(&mut host, &[0], &[30], None).unwrap();
+    let pos: Vec<i32> = (0..30).collect();
+    engine
+        .after_ubatch(&mut host, &pos, &[0; 30], &pos)
+        .unwrap();
+    engine.before_batch(&mut host, &[0], &[1], None).unwrap(); // decode: prompt = 30
+    assert_eq!(engine.stats(0).prefix_len, 30);
+
+    engine.seq_copied(0, 1, 0, 20);
+    let st = engine.stats(1);
+    assert_eq!((st.pos_max, st.n_tokens), (19, 30));
+    engine.before_batch(&mut host, &[1], &[1], None).unwrap();
+    assert_eq!(
+        engine.stats(1).prefix_len,
+        20,
+        "prompt cut to the copied range"
+    );
+
+    engine.seq_copied(0, 1, 25, -1); // into a known sequence: pos_max rises
+    assert_eq!(engine.stats(1).pos_max, 29);
+    engine.seq_copied(0, 0, -1, -1); // same sequence: nothing
+    engine.seq_copied(-1, 2, -1, -1); // negative: nothing
+    assert_eq!(engine.seq_ids(), vec![0, 1]);
+
+    engine.seq_removed(0, 12, -1);
+    engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+    let st = engine.stats(0);
+    assert_eq!((st.pos_max, st.prefix_len), (11, 12));
+    engine.seq_removed(-1, 5, 8); // a middle range of every sequence keeps them
+    assert_eq!(engine.seq_ids(), vec![0, 1]);
+    engine.seq_removed(1, -1, -1);
+    assert_eq!(engine.seq_ids(), vec![0]);
 }
 
 #[test]
@@ -329,10 +477,12 @@ fn unusable_layers_are_skipped_and_warned_once() {
     let params = Params::parse("beacon,budget=128").unwrap();
     let mut host = FakeHost::new(2, 2, 1, D, 64, 8);
     host.layers[0].raw.k_type = 99;
-    host.layers[1].raw.k_on_host = false; // and no read_rows
+    host.layers[1].raw.k_on_host = false;
+    host.has_read_rows = false;
     let engine = Engine::new(params, &mut host);
     assert!(engine.layers().is_empty());
     assert!(!engine.is_enabled());
+    assert!(engine.in_fallback(), "no layer: position-only eviction");
     assert_eq!(
         host.logs
             .iter()
@@ -385,6 +535,65 @@ fn speculative_verification_batches_end_the_prompt_phase() {
     );
     let kept = host.positions(0);
     assert!(kept.len() <= 64 && (0..12).all(|p| kept.contains(&p)));
+}
+
+/// llama-server's speculative decoding: a verification batch of 1 + k drafts, then `seq_rm` of the
+/// rejected drafts. Compressing at the end of the verification call would keep the (rejected)
+/// newest cells as the window and evict the accepted ones before them; after the rollback the
+/// sequence would end far before the next position. The newest accepted token must survive.
+#[test]
+fn speculative_rollback_keeps_the_accepted_tokens() {
+    // a long protected prefix: prefix + window (48) leave less room than a verification batch needs
+    let params = Params::parse("streaming,budget=64,min=56,window=8,prefix=40").unwrap();
+    let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
+    let mut engine = Engine::new(params, &mut host);
+    let mut next = 0;
+    // prompt and plain generation up to the budget
+    for n in std::iter::once(40).chain(std::iter::repeat(1).take(60)) {
+        let outs = [1];
+        engine
+            .before_batch(&mut host, &[0], &[n], Some(&outs))
+            .unwrap();
+        let pos: Vec<i32> = (next..next + n).collect();
+        for &p in &pos {
+            host.place(0, p);
+        }
+        engine
+            .after_ubatch(&mut host, &pos, &vec![0; n as usize], &vec![-1; n as usize])
+            .unwrap();
+        engine.after_decode(&mut host).unwrap();
+        next += n;
+    }
+    // verification rounds: 1 + 24 drafts, only the first token accepted each time
+    for _ in 0..20 {
+        engine
+            .before_batch(&mut host, &[0], &[25], Some(&[25]))
+            .unwrap();
+        let pos: Vec<i32> = (next..next + 25).collect();
+        for &p in &pos {
+            host.place(0, p);
+        }
+        engine
+            .after_ubatch(&mut host, &pos, &[0; 25], &[-1; 25])
+            .unwrap();
+        engine.after_decode(&mut host).unwrap();
+        host.remove(0, next + 1, -1); // the server rolls the rejected drafts back
+        engine.seq_removed(0, next + 1, -1);
+        next += 1;
+        let kept = host.positions(0);
+        assert_eq!(
+            *kept.last().unwrap(),
+            next - 1,
+            "the newest accepted token was evicted: the sequence now ends at {:?}",
+            kept.last()
+        );
+        let newest: Vec<i32> = (next - 8..next).collect();
+        assert!(
+            newest.iter().all(|p| kept.contains(p)),
+            "the window of accepted tokens was evicted: {kept:?}"
+        );
+    }
+    assert!(engine.stats(0).cells_peak <= 64, "{:?}", engine.stats(0));
 }
 
 /// Found by the `c_abi_sequence` fuzzer: a layer reporting a Hadamard block that is not a power of

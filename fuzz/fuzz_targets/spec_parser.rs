@@ -4,12 +4,14 @@
 //! Invariants: no panic; on success the params validate and `to_spec()` parses back to the same
 //! params; on error the params are unchanged and the message is non-empty, starts with
 //! "beaconkv: <key>:" and either names a known key or says what is wrong; the C entry agrees with
-//! the Rust parser and never writes past `err_len` (NUL-terminated, truncated).
+//! the Rust parser and never writes past `err_len` (NUL-terminated, truncated). A spec that parses
+//! has items that pass the per-flag check (`Params::check_items`), and `beaconkv_spec_check`
+//! agrees with the parser, its message leading with the flag of the key the parser names.
 #![no_main]
 
 use std::ffi::{c_char, CString};
 
-use beaconkv::config::{ConfigError, Params, KEYS};
+use beaconkv::config::{flag_for_key, ConfigError, Params, KEYS};
 use beaconkv::ffi::*;
 use libfuzzer_sys::fuzz_target;
 
@@ -112,6 +114,17 @@ fuzz_target!(|data: &[u8]| {
     let base = Params::parse(bases[*selector as usize % bases.len()]).unwrap();
     let parsed = check_rust(spec, &base);
 
+    // Per-flag checks are weaker than the whole-spec parse: what parses passes them.
+    let items = Params::check_items(spec);
+    if parsed.is_ok() {
+        items
+            .as_ref()
+            .expect("a parsing spec passes the per-item check");
+    }
+    if let Err(e) = &items {
+        check_error(e, spec);
+    }
+
     // C entry: C sees the bytes up to the first NUL, raw (invalid UTF-8 included).
     let raw = body.split(|&b| b == 0).next().unwrap_or(&[]);
     let cspec = CString::new(raw).unwrap();
@@ -136,6 +149,27 @@ fuzz_target!(|data: &[u8]| {
     }
     if raw == body {
         assert_eq!(parsed.is_ok(), rc == BEACONKV_OK);
+    }
+    // The whole-spec check agrees, and leads with the flag of the offending key.
+    let mut err = [0 as c_char; 512];
+    let rc_spec = unsafe { beaconkv_spec_check(cspec.as_ptr(), err.as_mut_ptr(), err.len()) };
+    assert_eq!(rc_spec, rc, "spec_check and params_parse disagree");
+    if let Err(()) = &rust {
+        let msg = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_bytes();
+        let key = std::str::from_utf8(raw)
+            .ok()
+            .and_then(|s| Params::parse(s).err())
+            .map_or("spec".to_string(), |e| e.key);
+        // The buffer may cut the message (a long key), even inside the lead.
+        let lead = format!("{}: beaconkv: ", flag_for_key(&key));
+        let n = lead.len().min(msg.len());
+        assert!(!msg.is_empty(), "spec_check gave no message");
+        assert_eq!(
+            &msg[..n],
+            &lead.as_bytes()[..n],
+            "spec_check message {:?}",
+            String::from_utf8_lossy(msg)
+        );
     }
     // Tiny and absent error buffers: same status, never written past the end.
     for (len, null) in [

@@ -1,11 +1,16 @@
-//! Shared kernel of the query-driven scorers: per layer and kv head, the largest scaled attention
-//! logit any of the group's queries gives each cell.
+//! The query-driven scorers, `beacon` and `recent`, and their shared kernel: per layer and kv
+//! head, the largest scaled attention logit any of the group's queries gives each cell.
+//!
+//! - `beacon` (the method): FPS beacons rotated to the scoring position plus the recent queries of
+//!   the FPS buffer at their own positions.
+//! - `recent` (the RPC / R-KV / SnapKV-at-decode family): the last `n_recent` queries only, each
+//!   at its own position.
 //!
 //! Queries are prepared once per pass into one contiguous matrix per layer (rotated to their
 //! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
 //! is then read and dequantised once and dotted against every query of its group.
 
-use super::{ScoreCtx, ScoreError, ScoreRows};
+use super::{ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
@@ -15,6 +20,59 @@ use crate::simd::{dots, max_dot};
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
 pub type QuerySource = fn(&LayerQueries, usize, i32, &mut dyn FnMut(&[f32], i32));
+
+/// A policy scoring with captured queries: the kernel plus which queries it reads.
+pub struct QueryScorer {
+    kernel: AttentionKernel,
+    source: QuerySource,
+}
+
+impl QueryScorer {
+    pub fn beacon() -> Self {
+        QueryScorer {
+            kernel: AttentionKernel::default(),
+            source: beacon_queries,
+        }
+    }
+
+    pub fn recent() -> Self {
+        QueryScorer {
+            kernel: AttentionKernel::default(),
+            source: recent_queries,
+        }
+    }
+}
+
+impl Scorer for QueryScorer {
+    fn score(
+        &mut self,
+        ctx: &ScoreCtx,
+        host: &mut dyn Host,
+        rows: &mut ScoreRows,
+    ) -> Result<(), ScoreError> {
+        self.kernel.run(ctx, host, rows, self.source)
+    }
+}
+
+/// `beacon`: the beacons at the scoring position, then the recent queries at their own.
+fn beacon_queries(l: &LayerQueries, h: usize, m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
+    let d = l.head_dim();
+    for q in l.beacons(h).chunks_exact(d) {
+        each(q, m_pos);
+    }
+    let (qs, pos) = l.recent(h);
+    for (q, &p) in qs.chunks_exact(d).zip(pos) {
+        each(q, p);
+    }
+}
+
+/// `recent`: the ring of the last queries, each at its own position.
+fn recent_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
+    let (qs, pos) = l.ring(h);
+    for (q, &p) in qs.chunks_exact(l.head_dim()).zip(pos) {
+        each(q, p);
+    }
+}
 
 /// Scratch reused across passes so the hot loop never allocates.
 #[derive(Default)]

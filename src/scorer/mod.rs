@@ -1,20 +1,19 @@
 //! Scorers: one importance value per (scored layer, kv head) and cell of one sequence.
 //!
 //! Every policy is a scorer; `reduce` folds the rows into one score per cell and `select` decides
-//! what to evict, so policies differ only here.
+//! what to evict, so policies differ only here. `attention.rs` serves the query-driven policies
+//! (`beacon`, `recent`), `position.rs` those that read positions only (`streaming`, `random`,
+//! `none`).
 
 mod attention;
-pub mod beacon;
-pub mod none;
-pub mod random;
-pub mod recent;
-pub mod streaming;
+pub mod position;
 
 use crate::config::Policy;
 use crate::host::{Host, LayerDesc};
 use crate::queries::SeqQueries;
 
-pub use attention::AttentionKernel;
+pub use attention::{AttentionKernel, QueryScorer};
+pub use position::PositionScorer;
 
 /// What a scorer sees of one sequence during a compression pass.
 pub struct ScoreCtx<'a> {
@@ -91,10 +90,10 @@ pub trait Scorer: Send {
 /// The scorer of a policy.
 pub fn for_policy(policy: Policy) -> Box<dyn Scorer> {
     match policy {
-        Policy::None => Box::new(none::NoneScorer),
-        Policy::Beacon => Box::new(beacon::BeaconScorer::default()),
-        Policy::Recent => Box::new(recent::RecentScorer::default()),
-        Policy::Streaming => Box::new(streaming::StreamingScorer),
-        Policy::Random => Box::new(random::RandomScorer),
+        Policy::None => Box::new(PositionScorer::none()),
+        Policy::Beacon => Box::new(QueryScorer::beacon()),
+        Policy::Recent => Box::new(QueryScorer::recent()),
+        Policy::Streaming => Box::new(PositionScorer::streaming()),
+        Policy::Random => Box::new(PositionScorer::random()),
     }
 }

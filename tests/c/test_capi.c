@@ -1,9 +1,11 @@
 /* test_capi.c - drives BeaconKV through its C ABI with a fake llama.cpp-like host.
  *
  * The host owns a cell table (position + owning sequence per cell), f16 K tensors per layer and an
- * f32 query store per layer, like the patched llama.cpp does. Every policy runs a 100-token prompt
- * in chunks and then 2000 (or argv[1]) single-token decode steps with budget 256, checking the invariants after
- * each step. Exit status 0 = all checks passed. */
+ * f32 query store per layer, like the patched llama.cpp does, and answers seq_cells with cap == 0
+ * by counting alone. Every policy runs a 100-token prompt in chunks and then 2000 (or argv[1])
+ * single-token decode steps with budget 256, checking the invariants after each step; the
+ * configuration, sizing and NULL-handling entry points are checked too.
+ * Exit status 0 = all checks passed. */
 #include "../../include/beaconkv.h"
 
 #include <math.h>
@@ -21,6 +23,7 @@
 #define STEPS 2000 /* default; argv[1] overrides (fewer under valgrind) */
 #define BUDGET 256
 #define WINDOW 64
+#define PREFIX_KEPT (BUDGET / 4) /* prefix=prompt protects at most prefix_max = budget/4 cells */
 
 static int g_failures = 0;
 static int g_steps = STEPS;
@@ -44,6 +47,9 @@ typedef struct {
     int      n_warn;
     int      bad_evictions;
     int      syncs;
+    int      count_calls; /* seq_cells with cap == 0 */
+    int      list_calls;  /* seq_cells with cap > 0  */
+    int      null_arrays; /* cap > 0 with NULL arrays, or cap == 0 with arrays: contract breaches */
 } host_t;
 
 static uint16_t f32_to_f16(float f) {
@@ -98,6 +104,19 @@ static int32_t h_seq_cells(void * user, int32_t seq, int32_t * pos, uint32_t * c
                            uint32_t * stream) {
     host_t * h = (host_t *)user;
     int32_t n = 0;
+    if (cap == 0) {
+        /* count only: no listing, no sorting (the plugin asks this on every decode step) */
+        h->count_calls++;
+        if (pos || cells) h->null_arrays++;
+        for (uint32_t c = 0; c < N_CELLS; c++) n += h->seq[c] == seq;
+        if (stream) *stream = 0;
+        return n;
+    }
+    h->list_calls++;
+    if (!pos || !cells) {
+        h->null_arrays++;
+        return -1;
+    }
     /* insertion into pos order: cells are reused out of order after evictions */
     for (uint32_t c = 0; c < N_CELLS; c++) {
         if (h->seq[c] != seq) continue;
@@ -158,7 +177,7 @@ static int params_equal(const beaconkv_params * a, const beaconkv_params * b) {
            a->n_beacons == b->n_beacons && a->n_recent == b->n_recent && a->window == b->window &&
            a->prefix == b->prefix && a->reduce == b->reduce && a->span == b->span &&
            a->q_capacity == b->q_capacity && a->seed == b->seed && a->read_copy == b->read_copy &&
-           a->score == b->score;
+           a->score == b->score && a->prefix_max == b->prefix_max;
 }
 
 static int count_cells(const host_t * h, int32_t seq) {
@@ -174,10 +193,14 @@ static int has_pos(const host_t * h, int32_t seq, int32_t p) {
 }
 
 /* Place n tokens of seq at positions p0.., write their K and queries, run the hooks. */
+/* When set, decode() drives the context through its plugin table instead of the named hooks. */
+static const beaconkv_plugin * g_plugin = NULL;
+
 static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, int32_t n) {
     CHECK(n <= Q_ROWS, "ubatch too large");
-    CHECK(beaconkv_before_batch(ctx, 1, &seq, &n, NULL) == BEACONKV_OK, "before_batch: %s",
-          beaconkv_last_error(ctx));
+    const int32_t before = g_plugin ? g_plugin->before_batch(g_plugin->ud, 1, &seq, &n, NULL)
+                                    : beaconkv_before_batch(ctx, 1, &seq, &n, NULL);
+    CHECK(before == BEACONKV_OK, "before_batch: %s", beaconkv_last_error(ctx));
     int32_t pos[Q_ROWS], sid[Q_ROWS], qrow[Q_ROWS];
     int placed = 0;
     for (int c = 0; c < N_CELLS && placed < n; c++) {
@@ -195,9 +218,52 @@ static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, 
         placed++;
     }
     CHECK(placed == n, "host cache full");
-    CHECK(beaconkv_after_ubatch(ctx, n, pos, sid, qrow) == BEACONKV_OK, "after_ubatch: %s",
-          beaconkv_last_error(ctx));
-    CHECK(beaconkv_after_decode(ctx) == BEACONKV_OK, "after_decode: %s", beaconkv_last_error(ctx));
+    const int32_t after = g_plugin ? g_plugin->after_ubatch(g_plugin->ud, n, pos, sid, qrow)
+                                   : beaconkv_after_ubatch(ctx, n, pos, sid, qrow);
+    CHECK(after == BEACONKV_OK, "after_ubatch: %s", beaconkv_last_error(ctx));
+    const int32_t done = g_plugin ? g_plugin->after_decode(g_plugin->ud) : beaconkv_after_decode(ctx);
+    CHECK(done == BEACONKV_OK, "after_decode: %s", beaconkv_last_error(ctx));
+}
+
+/* The plugin table (the layout llama.cpp's llama_kv_plugin shares): hooks, state and free through it. */
+static void test_plugin_table(void) {
+    static host_t h;
+    memset(&h, 0, sizeof(h));
+    for (int c = 0; c < N_CELLS; c++) h.seq[c] = -1;
+    beaconkv_params params = beaconkv_params_default();
+    char err[256];
+    CHECK(beaconkv_params_parse("beacon,budget=256,qcap=48", &params, err, sizeof(err)) == BEACONKV_OK, "%s", err);
+    beaconkv_host host = make_host(&h);
+    beaconkv_context * ctx = beaconkv_context_new(&params, &host, err, sizeof(err));
+    CHECK(ctx != NULL, "context_new: %s", err);
+    if (!ctx) return;
+
+    beaconkv_plugin p;
+    CHECK(beaconkv_context_plugin(NULL, &p) == BEACONKV_ERR_NULL, "NULL ctx");
+    CHECK(beaconkv_context_plugin(ctx, NULL) == BEACONKV_ERR_NULL, "NULL out");
+    CHECK(beaconkv_context_plugin(ctx, &p) == BEACONKV_OK, "context_plugin");
+    CHECK(p.ud == ctx && p.q_capacity == 48, "table: ud %p, q_capacity %d", p.ud, p.q_capacity);
+
+    g_plugin = &p;
+    const int32_t seq = 0;
+    int32_t next = 0;
+    for (; next < 32; next += 32) decode(ctx, &h, seq, next, 32);
+    for (; next < 3 * BUDGET; next++) decode(ctx, &h, seq, next, 1);
+    g_plugin = NULL;
+    CHECK(count_cells(&h, seq) <= BUDGET, "table-driven run holds %d cells", count_cells(&h, seq));
+
+    const int64_t size = p.state_get(p.ud, seq, NULL, 0);
+    CHECK(size > 0 && (size_t)size == beaconkv_seq_state_size(ctx, seq), "state size %lld", (long long)size);
+    uint8_t * blob = malloc((size_t)size);
+    CHECK(p.state_get(p.ud, seq, blob, (size_t)size) == size, "state_get");
+    CHECK(p.state_set(p.ud, seq, NULL, 0) == BEACONKV_OK, "state reset");
+    CHECK(beaconkv_seq_state_size(ctx, seq) == 0, "reset left state behind");
+    CHECK(p.state_set(p.ud, seq, blob, (size_t)size) == BEACONKV_OK, "state_set: %s", beaconkv_last_error(ctx));
+    CHECK(beaconkv_seq_state_size(ctx, seq) == (size_t)size, "restored state size");
+    free(blob);
+    p.seq_removed(p.ud, seq, -1, -1);
+    CHECK(beaconkv_seq_state_size(ctx, seq) == 0, "seq_removed through the table");
+    p.free(p.ud); /* frees ctx */
 }
 
 static void run_policy(const char * spec) {
@@ -229,7 +295,7 @@ static void run_policy(const char * spec) {
         next++;
         int cells = count_cells(&h, seq);
         if (!is_none) CHECK(cells <= BUDGET, "%s step %d: %d cells > budget", spec, step, cells);
-        for (int32_t p = 0; p < PROMPT; p++)
+        for (int32_t p = 0; p < PREFIX_KEPT; p++)
             if (!has_pos(&h, seq, p)) {
                 CHECK(0, "%s step %d: prefix position %d evicted", spec, step, p);
                 break;
@@ -254,8 +320,12 @@ static void run_policy(const char * spec) {
     beaconkv_get_stats(ctx, seq, &st);
     beaconkv_get_stats(ctx, -1, &tot);
     CHECK(tot.evicted == st.evicted && tot.n_tokens == st.n_tokens, "totals");
-    CHECK(st.prefix_len == PROMPT, "%s: prefix_len %d", spec, st.prefix_len);
-    CHECK(st.disabled == 0, "%s: disabled", spec);
+    CHECK(st.prefix_len == PREFIX_KEPT, "%s: prefix_len %d", spec, st.prefix_len);
+    CHECK(st.disabled == 0 && st.fallback == 0, "%s: disabled %d fallback %d", spec, st.disabled, st.fallback);
+    CHECK(h.null_arrays == 0, "%s: %d seq_cells calls broke the cap/array contract", spec, h.null_arrays);
+    CHECK(h.list_calls == (int)st.compress_events, "%s: %d listings for %llu compressions", spec, h.list_calls,
+          (unsigned long long)st.compress_events);
+    CHECK(h.count_calls >= (is_none ? 1 : 2) * g_steps, "%s: %d count-only calls", spec, h.count_calls);
     if (is_none) {
         CHECK(st.evicted == 0 && st.compress_events == 0, "none evicted");
     } else {
@@ -279,9 +349,14 @@ static void run_policy(const char * spec) {
     beaconkv_seq_removed(ctx, 1, -1, -1);
     beaconkv_get_stats(ctx, 1, &forked);
     CHECK(forked.n_tokens == 0 && forked.seq == 1, "removed sequence reports zeros");
+    beaconkv_seq_copied(ctx, seq, 2, 0, 50); /* a range: the copy's state stops at position 49 */
+    beaconkv_get_stats(ctx, 2, &forked);
+    CHECK(forked.pos_max == 49 && forked.n_tokens == st.n_tokens, "ranged copy: pos_max %d", forked.pos_max);
     beaconkv_seq_removed(ctx, seq, next - 10, -1); /* partial: state kept */
     beaconkv_get_stats(ctx, seq, &st);
     CHECK(st.pos_max == next - 11, "partial removal moves pos_max: %d", st.pos_max);
+    beaconkv_seq_removed(ctx, -1, -1, -1);
+    CHECK(beaconkv_seq_state_size(ctx, 2) == 0 && beaconkv_seq_state_size(ctx, seq) == 0, "all removed");
     beaconkv_context_free(ctx);
 }
 
@@ -329,6 +404,33 @@ static void test_config(void) {
     beaconkv_model_desc d = {30, 3, 64, 64, 1, 1};
     CHECK(beaconkv_kv_bytes_per_token(&d) == 30u * 3u * 2u * 128u, "kv bytes per token");
     CHECK(strlen(beaconkv_version()) > 0, "version");
+
+    /* one flag's value on its own; a whole spec names the flag of the offending key */
+    CHECK(beaconkv_check_flag_value("--kv-window", "window=5000", err, sizeof(err)) == BEACONKV_OK && err[0] == 0,
+          "window alone: %s", err);
+    CHECK(beaconkv_check_flag_value("--kv-window", "window=-1", err, sizeof(err)) == BEACONKV_ERR_INVALID &&
+              strncmp(err, "--kv-window: beaconkv: window:", 30) == 0,
+          "flag message: %s", err);
+    CHECK(beaconkv_check_flag_value(NULL, "qcap=0", err, sizeof(err)) == BEACONKV_ERR_INVALID &&
+              strncmp(err, "--kv-compress-spec qcap=:", 25) == 0,
+          "flag from key: %s", err);
+    CHECK(beaconkv_spec_check("budget=64,window=100", err, sizeof(err)) == BEACONKV_ERR_INVALID &&
+              strncmp(err, "--kv-window: ", 13) == 0,
+          "spec message: %s", err);
+    CHECK(beaconkv_spec_check("beacon,budget=512,prefix_max=100", err, sizeof(err)) == BEACONKV_OK, "%s", err);
+    beaconkv_params pm = beaconkv_params_default();
+    CHECK(beaconkv_params_parse("budget=512,prefix_max=100", &pm, err, sizeof(err)) == BEACONKV_OK &&
+              pm.prefix_max == 100 && beaconkv_params_default().prefix_max == 0,
+          "prefix_max field");
+
+    /* sizing: budget 256 -> slack and largest ubatch 32, 288 cells a stream */
+    beaconkv_params b256 = beaconkv_params_default();
+    CHECK(beaconkv_params_parse("budget=256", &b256, err, sizeof(err)) == BEACONKV_OK, "%s", err);
+    CHECK(beaconkv_max_ubatch(&b256) == 32, "max ubatch %d", beaconkv_max_ubatch(&b256));
+    CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 8192, 0) == 288, "cells");
+    CHECK(beaconkv_physical_cells(&b256, 2, 32, false, 8192, 0) == 576, "split cells");
+    CHECK(beaconkv_physical_cells(&b256, 2, 32, true, 8192, 0) == 544, "unified cells");
+    CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 256, 0) == 0, "no gain");
 
     beaconkv_params bad_budget = beaconkv_params_default();
     bad_budget.budget = 10;
@@ -380,6 +482,21 @@ static void test_nulls(void) {
     CHECK(beaconkv_is_enabled(NULL) == false, "is_enabled");
     CHECK(beaconkv_last_error(NULL) != NULL && beaconkv_last_error(NULL)[0] == 0, "last_error");
     CHECK(beaconkv_last_error(ctx)[0] == 0, "no error yet");
+    CHECK(beaconkv_last_error_copy(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "last_error_copy ctx");
+    CHECK(beaconkv_last_error_copy(ctx, NULL, 0) == 0, "last_error_copy length");
+    CHECK(beaconkv_check_flag_value("--kv-budget", NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "flag value");
+    CHECK(beaconkv_spec_check(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "spec check");
+    CHECK(beaconkv_max_ubatch(NULL) == BEACONKV_ERR_NULL, "max ubatch");
+    CHECK(beaconkv_physical_cells(NULL, 1, 32, false, 8192, 0) == 0, "physical cells");
+    uint8_t blob[16] = {0};
+    CHECK(beaconkv_seq_state_get(ctx, 5, blob, sizeof(blob)) == BEACONKV_ERR_INVALID, "unknown sequence");
+    const char * e1 = beaconkv_last_error(ctx);
+    CHECK(strstr(e1, "unknown sequence 5") != NULL, "error text: %s", e1);
+    int32_t len = beaconkv_last_error_copy(ctx, err, 8);
+    CHECK(len == (int32_t)strlen(e1) && strlen(err) == 7, "copy truncates: %d '%s'", len, err);
+    CHECK(beaconkv_seq_state_set(ctx, 0, blob, 4) == BEACONKV_ERR_INVALID, "bad blob");
+    CHECK(beaconkv_last_error(ctx) == e1 && strstr(e1, "beaconkv_seq_state_set") != NULL,
+          "same buffer, new text: %s", e1);
     CHECK(beaconkv_get_stats(ctx, 42, &st) == BEACONKV_OK && st.seq == 42 && st.n_tokens == 0, "unknown seq");
     beaconkv_context_free(ctx);
     free(h);
@@ -390,6 +507,7 @@ int main(int argc, char ** argv) {
     CHECK(g_steps > BUDGET, "steps %d must exceed the budget %d", g_steps, BUDGET);
     test_config();
     test_nulls();
+    test_plugin_table();
     const char * specs[] = {
         "beacon,budget=256",
         "beacon,budget=256,reduce=zmean,span=3",

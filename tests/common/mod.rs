@@ -1,7 +1,18 @@
-//! A fake cache owner implementing `beaconkv::host::Host` in Rust, shared by the integration
-//! tests and the micro-benchmark: f16 K per layer, an f32 query store per layer, a cell table.
+//! The fake cache owner shared by the integration tests, the micro-benchmark and the C-ABI fuzzer
+//! (`fuzz/fuzz_targets/c_abi_sequence.rs` includes this file): a cell table like llama.cpp's (a
+//! position and a set of sequences per cell), f16 K and an F32 query store per layer, failure
+//! injection per callback, call counters, and the `beaconkv_host` C table over the same state.
+//!
+//! It checks the plugin's side of the seam as it goes: `seq_evict` only accepts cells the last
+//! listing of that sequence returned (each once), and `seq_cells` answers `cap == 0` with the
+//! count alone, without listing or sorting, as `beaconkv.h` asks of a host. Once warm it does not
+//! allocate (listing reuses one buffer), so `tests/alloc_free.rs` can count the plugin's
+//! allocations through it.
 #![allow(dead_code)]
 
+use std::ffi::{c_char, c_void, CStr};
+
+use beaconkv::ffi::{beaconkv_host, beaconkv_layer};
 use beaconkv::host::{Host, RawLayer};
 use half::f16;
 
@@ -11,20 +22,59 @@ pub struct FakeLayer {
     pub k: Vec<f16>,
     /// `[row][head * head_dim]`, f32.
     pub q: Vec<f32>,
+    /// Not host memory: K and queries only through `read_rows` (data pointers NULL).
+    pub remote: bool,
+}
+
+/// Upcoming failures of each callback: `n` fails the next `n` calls; `u32::MAX` every call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Failures {
+    pub seq_cells: u32,
+    pub seq_evict: u32,
+    pub read_rows: u32,
+    pub get_layer: u32,
+}
+
+/// Counts down one failure; true when this call fails.
+fn take(n: &mut u32) -> bool {
+    if *n == 0 {
+        return false;
+    }
+    if *n != u32::MAX {
+        *n -= 1;
+    }
+    true
 }
 
 pub struct FakeHost {
     pub layers: Vec<FakeLayer>,
+    /// What `n_layers` reports (a host may describe fewer layers than it has).
+    pub n_layers_shown: usize,
     pub cell_pos: Vec<i32>,
-    /// Owning sequence per cell, -1 = free.
-    pub cell_seq: Vec<i32>,
-    /// Serve K and queries through `read_rows` (device-buffer path) instead of pointers.
+    /// Bit s: sequence s (< 64) holds the cell; 0 = free.
+    pub cell_seqs: Vec<u64>,
+    /// Bit s: the cell was in the last listing of sequence s (what may be evicted next).
+    pub listed: Vec<u64>,
+    /// Serve every layer through `read_rows` (the device-buffer path) instead of pointers.
     pub via_read_rows: bool,
-    pub fail_evict: bool,
+    /// Offer `read_rows` at all (the C table's pointer is NULL when false).
+    pub has_read_rows: bool,
+    pub fail: Failures,
+    /// A callback returned a failure (tests reset it).
+    pub failed: bool,
     /// Accept evictions without freeing cells (benchmarks repeat the same pass).
     pub dry_evict: bool,
     pub logs: Vec<String>,
     pub evict_calls: usize,
+    /// `seq_cells` calls asking for the count only, and calls listing cells.
+    pub count_calls: usize,
+    pub list_calls: usize,
+    /// `read_rows` calls for K (what = 0) and for queries (what = 1).
+    pub k_reads: usize,
+    pub q_reads: usize,
+    pub syncs: usize,
+    /// Listing buffer, reused.
+    sorted: Vec<(i32, u32)>,
 }
 
 /// Deterministic pseudo-random values in [-1, 1).
@@ -68,112 +118,253 @@ impl FakeHost {
                 },
                 k: vec![f16::ZERO; n_cells * n_head_kv * head_dim],
                 q: vec![0.0; q_rows * n_head * head_dim],
+                remote: false,
             })
             .collect();
         FakeHost {
             layers,
+            n_layers_shown: n_layers,
             cell_pos: vec![0; n_cells],
-            cell_seq: vec![-1; n_cells],
+            cell_seqs: vec![0; n_cells],
+            listed: vec![0; n_cells],
             via_read_rows: false,
-            fail_evict: false,
+            has_read_rows: true,
+            fail: Failures::default(),
+            failed: false,
             dry_evict: false,
             logs: Vec::new(),
             evict_calls: 0,
+            count_calls: 0,
+            list_calls: 0,
+            k_reads: 0,
+            q_reads: 0,
+            syncs: 0,
+            sorted: Vec::with_capacity(n_cells),
         }
+    }
+
+    /// Give every layer NEOX RoPE over its whole head (the common case of real models).
+    pub fn with_rope(mut self) -> Self {
+        for l in &mut self.layers {
+            l.raw.rope_n_dims = l.raw.head_dim;
+            l.raw.rope_mode = 2;
+            l.raw.rope_n_ctx_orig = 4096;
+        }
+        self
+    }
+
+    fn bit(seq: i32) -> u64 {
+        assert!(
+            (0..64).contains(&seq),
+            "fake host: sequence {seq} out of range"
+        );
+        1 << seq
     }
 
     /// Positions held by `seq`, sorted.
     pub fn positions(&self, seq: i32) -> Vec<i32> {
-        let mut p: Vec<i32> = (0..self.cell_seq.len())
-            .filter(|&c| self.cell_seq[c] == seq)
+        let b = Self::bit(seq);
+        let mut p: Vec<i32> = (0..self.cell_seqs.len())
+            .filter(|&c| self.cell_seqs[c] & b != 0)
             .map(|c| self.cell_pos[c])
             .collect();
         p.sort_unstable();
         p
     }
 
-    /// Take a free cell for (`seq`, `pos`); returns its index.
-    pub fn place(&mut self, seq: i32, pos: i32) -> usize {
-        let c = self
-            .cell_seq
-            .iter()
-            .position(|&s| s == -1)
-            .expect("cache full");
-        self.cell_seq[c] = seq;
+    /// Cells `seq` holds.
+    pub fn count(&self, seq: i32) -> usize {
+        let b = Self::bit(seq);
+        self.cell_seqs.iter().filter(|&&m| m & b != 0).count()
+    }
+
+    /// Take a free cell for (`seq`, `pos`); None when the cache is full.
+    pub fn try_place(&mut self, seq: i32, pos: i32) -> Option<usize> {
+        let c = self.cell_seqs.iter().position(|&m| m == 0)?;
+        self.cell_seqs[c] = Self::bit(seq);
         self.cell_pos[c] = pos;
-        c
+        Some(c)
+    }
+
+    /// Take a free cell for (`seq`, `pos`); panics when the cache is full.
+    pub fn place(&mut self, seq: i32, pos: i32) -> usize {
+        self.try_place(seq, pos).expect("fake host: cache full")
+    }
+
+    /// The host side of `llama_memory_seq_rm`: positions `[p0, p1)` (negative: open) of `seq`
+    /// (`seq < 0`: every sequence).
+    pub fn remove(&mut self, seq: i32, p0: i32, p1: i32) {
+        let lo = p0.max(0);
+        let hi = if p1 < 0 { i32::MAX } else { p1 };
+        let mask = if seq < 0 { u64::MAX } else { Self::bit(seq) };
+        for (m, &p) in self.cell_seqs.iter_mut().zip(&self.cell_pos) {
+            if p >= lo && p < hi {
+                *m &= !mask;
+            }
+        }
+    }
+
+    /// The host side of `llama_memory_seq_cp`: cells of `src` in `[p0, p1)` are shared with
+    /// `dst`. Returns whether any cell was copied.
+    pub fn copy(&mut self, src: i32, dst: i32, p0: i32, p1: i32) -> bool {
+        let lo = p0.max(0);
+        let hi = if p1 < 0 { i32::MAX } else { p1 };
+        let (s, d) = (Self::bit(src), Self::bit(dst));
+        let mut copied = false;
+        for (m, &p) in self.cell_seqs.iter_mut().zip(&self.cell_pos) {
+            if *m & s != 0 && p >= lo && p < hi {
+                *m |= d;
+                copied = true;
+            }
+        }
+        copied
+    }
+
+    /// K row of `cell` in layer `l` (all kv heads).
+    pub fn k_row_mut(&mut self, l: usize, cell: usize) -> &mut [f16] {
+        let w = (self.layers[l].raw.n_head_kv * self.layers[l].raw.head_dim) as usize;
+        &mut self.layers[l].k[cell * w..(cell + 1) * w]
+    }
+
+    /// Query row `row` of layer `l` (all heads).
+    pub fn q_row_mut(&mut self, l: usize, row: usize) -> &mut [f32] {
+        let w = (self.layers[l].raw.n_head * self.layers[l].raw.head_dim) as usize;
+        &mut self.layers[l].q[row * w..(row + 1) * w]
+    }
+
+    /// The `beaconkv_host` table over this host (`user` points to it: it must not move while
+    /// a context holds the table).
+    pub fn c_host(&mut self) -> beaconkv_host {
+        beaconkv_host {
+            user: self as *mut FakeHost as *mut c_void,
+            n_layers: Some(c_n_layers),
+            get_layer: Some(c_get_layer),
+            seq_cells: Some(c_seq_cells),
+            seq_evict: Some(c_seq_evict),
+            synchronize: Some(c_synchronize),
+            read_rows: self.has_read_rows.then_some(c_read_rows as _),
+            log: Some(c_log),
+        }
     }
 }
 
 impl Host for FakeHost {
     fn n_layers(&mut self) -> i32 {
-        self.layers.len() as i32
+        self.n_layers_shown as i32
     }
 
     fn get_layer(&mut self, i: i32, out: &mut RawLayer) -> i32 {
+        if i < 0 || i as usize >= self.layers.len() || take(&mut self.fail.get_layer) {
+            return -1;
+        }
         let l = &self.layers[i as usize];
         *out = l.raw;
-        out.k_data = l.k.as_ptr().cast();
-        out.q_data = l.q.as_ptr().cast();
-        if self.via_read_rows {
+        if l.remote {
             out.k_on_host = false;
             out.q_on_host = false;
+        } else {
+            out.k_data = l.k.as_ptr().cast();
+            out.q_data = l.q.as_ptr().cast();
+            if self.via_read_rows {
+                out.k_on_host = false;
+                out.q_on_host = false;
+            }
         }
         0
     }
 
     fn seq_cells(&mut self, seq: i32, pos: &mut [i32], cells: &mut [u32], stream: &mut u32) -> i32 {
-        let mut mine: Vec<(i32, u32)> = (0..self.cell_seq.len())
-            .filter(|&c| self.cell_seq[c] == seq)
-            .map(|c| (self.cell_pos[c], c as u32))
-            .collect();
-        mine.sort_unstable();
-        for (i, (p, c)) in mine.iter().take(pos.len().min(cells.len())).enumerate() {
-            pos[i] = *p;
-            cells[i] = *c;
+        if take(&mut self.fail.seq_cells) {
+            self.failed = true;
+            return -1;
         }
         *stream = 0;
-        mine.len() as i32
+        if !(0..64).contains(&seq) {
+            return 0;
+        }
+        let b = 1u64 << seq;
+        let cap = pos.len().min(cells.len());
+        if cap == 0 {
+            self.count_calls += 1;
+            return self.cell_seqs.iter().filter(|&&m| m & b != 0).count() as i32;
+        }
+        self.list_calls += 1;
+        self.sorted.clear();
+        for (c, (&m, &p)) in self.cell_seqs.iter().zip(&self.cell_pos).enumerate() {
+            if m & b != 0 {
+                self.sorted.push((p, c as u32));
+            }
+        }
+        self.sorted.sort_unstable();
+        self.listed.iter_mut().for_each(|l| *l &= !b);
+        for (i, &(p, c)) in self.sorted.iter().take(cap).enumerate() {
+            pos[i] = p;
+            cells[i] = c;
+            self.listed[c as usize] |= b;
+        }
+        self.sorted.len() as i32
     }
 
     fn seq_evict(&mut self, seq: i32, cells: &[u32]) -> i32 {
         self.evict_calls += 1;
-        if self.fail_evict {
+        if take(&mut self.fail.seq_evict) {
+            self.failed = true;
             return -1;
         }
+        let b = Self::bit(seq);
         if self.dry_evict {
             return cells.len() as i32;
         }
         for &c in cells {
-            assert_eq!(
-                self.cell_seq[c as usize], seq,
-                "evicting a cell the sequence does not hold"
+            let c = c as usize;
+            assert!(
+                c < self.cell_seqs.len() && self.cell_seqs[c] & b != 0,
+                "seq_evict({seq}): cell {c} is not held by the sequence"
             );
-            self.cell_seq[c as usize] = -1;
+            assert!(
+                self.listed[c] & b != 0,
+                "seq_evict({seq}): cell {c} was not in the last listing (or given twice)"
+            );
+            self.cell_seqs[c] &= !b;
+            self.listed[c] &= !b;
         }
+        self.listed.iter_mut().for_each(|l| *l &= !b);
         cells.len() as i32
     }
 
-    fn synchronize(&mut self) {}
+    fn synchronize(&mut self) {
+        self.syncs += 1;
+    }
 
     fn has_read_rows(&self) -> bool {
-        self.via_read_rows
+        self.has_read_rows
     }
 
     fn read_rows(
         &mut self,
         layer: i32,
         what: i32,
-        _stream: u32,
+        stream: u32,
         rows: &[u32],
         out: &mut [f32],
     ) -> i32 {
+        if take(&mut self.fail.read_rows) {
+            self.failed = true;
+            return -1;
+        }
+        assert_eq!(stream, 0, "read_rows: the fake host has one stream");
         let l = &self.layers[layer as usize];
         let width = if what == 0 {
+            self.k_reads += 1;
             (l.raw.n_head_kv * l.raw.head_dim) as usize
         } else {
+            self.q_reads += 1;
             (l.raw.n_head * l.raw.head_dim) as usize
         };
+        assert!(
+            out.len() >= rows.len() * width,
+            "read_rows: output too short"
+        );
         for (i, &r) in rows.iter().enumerate() {
             let dst = &mut out[i * width..(i + 1) * width];
             let r = r as usize;
@@ -191,4 +382,105 @@ impl Host for FakeHost {
     fn log(&mut self, _level: i32, msg: &str) {
         self.logs.push(msg.to_string());
     }
+}
+
+// The C table: each callback forwards to the `Host` implementation above, checking the
+// pointers the header promises.
+
+unsafe fn host_of<'a>(user: *mut c_void) -> &'a mut FakeHost {
+    assert!(!user.is_null(), "callback without user pointer");
+    &mut *(user as *mut FakeHost)
+}
+
+unsafe extern "C" fn c_n_layers(user: *mut c_void) -> i32 {
+    host_of(user).n_layers()
+}
+
+unsafe extern "C" fn c_get_layer(user: *mut c_void, i: i32, out: *mut beaconkv_layer) -> i32 {
+    assert!(!out.is_null(), "get_layer: NULL out");
+    host_of(user).get_layer(i, &mut *out)
+}
+
+unsafe extern "C" fn c_seq_cells(
+    user: *mut c_void,
+    seq: i32,
+    pos: *mut i32,
+    cells: *mut u32,
+    cap: i32,
+    stream: *mut u32,
+) -> i32 {
+    assert!(cap >= 0, "seq_cells: cap {cap}");
+    let mut s = 0;
+    let n = if cap == 0 {
+        assert!(
+            pos.is_null() && cells.is_null(),
+            "seq_cells: a count-only query comes with NULL arrays"
+        );
+        host_of(user).seq_cells(seq, &mut [], &mut [], &mut s)
+    } else {
+        assert!(
+            !pos.is_null() && !cells.is_null(),
+            "seq_cells: NULL arrays with cap {cap}"
+        );
+        let pos = std::slice::from_raw_parts_mut(pos, cap as usize);
+        let cells = std::slice::from_raw_parts_mut(cells, cap as usize);
+        host_of(user).seq_cells(seq, pos, cells, &mut s)
+    };
+    if !stream.is_null() {
+        *stream = s;
+    }
+    n
+}
+
+unsafe extern "C" fn c_seq_evict(user: *mut c_void, seq: i32, cells: *const u32, n: i32) -> i32 {
+    assert!(n >= 0, "seq_evict: n = {n}");
+    let cells = if n == 0 {
+        &[][..]
+    } else {
+        assert!(!cells.is_null(), "seq_evict: NULL cells");
+        std::slice::from_raw_parts(cells, n as usize)
+    };
+    host_of(user).seq_evict(seq, cells)
+}
+
+unsafe extern "C" fn c_synchronize(user: *mut c_void) {
+    host_of(user).synchronize()
+}
+
+unsafe extern "C" fn c_read_rows(
+    user: *mut c_void,
+    layer: i32,
+    what: i32,
+    stream: u32,
+    rows: *const u32,
+    n: i32,
+    out: *mut f32,
+) -> i32 {
+    let h = host_of(user);
+    assert!(
+        layer >= 0 && (layer as usize) < h.layers.len(),
+        "read_rows: layer {layer}"
+    );
+    assert!(what == 0 || what == 1, "read_rows: what = {what}");
+    assert!(n >= 0, "read_rows: n = {n}");
+    if n == 0 {
+        return 0;
+    }
+    assert!(!rows.is_null() && !out.is_null(), "read_rows: NULL arrays");
+    let raw = &h.layers[layer as usize].raw;
+    let width = if what == 0 {
+        raw.n_head_kv * raw.head_dim
+    } else {
+        raw.n_head * raw.head_dim
+    } as usize;
+    let rows = std::slice::from_raw_parts(rows, n as usize);
+    let out = std::slice::from_raw_parts_mut(out, rows.len() * width);
+    h.read_rows(layer, what, stream, rows, out)
+}
+
+unsafe extern "C" fn c_log(user: *mut c_void, level: i32, msg: *const c_char) {
+    assert!(!msg.is_null(), "log: NULL message");
+    assert!((2..=3).contains(&level), "log level {level}");
+    let msg = CStr::from_ptr(msg).to_string_lossy().into_owned();
+    host_of(user).log(level, &msg)
 }
