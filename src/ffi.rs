@@ -1132,7 +1132,11 @@ pub unsafe extern "C" fn beaconkv_seq_state_set(
         OnPanic::Return,
         |inner, err| {
             let data = std::slice::from_raw_parts(buf.arg()?, len);
-            Ok(match inner.engine.load_seq(seq, data) {
+            // a context that has not decoded yet (a fresh server restoring a slot) may not have
+            // seen its layers: the blob's shapes are checked against them
+            let Inner { engine, host, .. } = inner;
+            engine.refresh_layers(host, false);
+            Ok(match engine.load_seq(seq, data) {
                 Ok(()) => BEACONKV_OK,
                 Err(e) => {
                     err.set(&format!("beaconkv_seq_state_set: {e}"));

@@ -53,8 +53,16 @@ ctx_ptr make_ctx(env & e, const std::string & spec, uint32_t n_ctx,
     return ctx_ptr(bkv_tools::make_context(e.model, e.params, spec, n_ctx, cb, cb_data));
 }
 
+// n tokens of sequence 0, in calls of at most n_batch tokens (compression clamps n_batch)
 bool decode(llama_context * ctx, const llama_token * t, int n) {
-    return llama_decode(ctx, llama_batch_get_one(const_cast<llama_token *>(t), n)) == 0;
+    const int n_batch = (int) llama_n_batch(ctx);
+    for (int i = 0; i < n; i += n_batch) {
+        const int k = std::min(n_batch, n - i);
+        if (llama_decode(ctx, llama_batch_get_one(const_cast<llama_token *>(t + i), k)) != 0) {
+            return false;
+        }
+    }
+    return true;
 }
 
 int argmax(const float * v, int n) { return (int) (std::max_element(v, v + n) - v); }
@@ -155,7 +163,7 @@ bool test_bounded_cells(env & e, const std::string & policy) {
     const int budget = 64;
     const std::string spec = "policy=" + policy + ",budget=64,min=48,window=16,beacons=8,recent=8";
     auto prompt = prompt_tokens(e, 24);
-    // small batches, so the physical cells (budget + n_batch, rounded to 256) stay small
+    // the ubatch is clamped to the physical cache's slack (max(budget/8, 32) = 32)
     e.params.n_batch = e.params.n_ubatch = 64;
     ctx_ptr ctx = make_ctx(e, spec, 8192);
     CHECK(ctx, "context creation failed");
@@ -187,11 +195,12 @@ bool test_bounded_cells(env & e, const std::string & policy) {
     const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(ctx.get()), 0);
     CHECK(pos_max >= (llama_pos) physical, "positions (%d) never ran past the physical cells (%u)", pos_max,
           physical);
-    // Prefix (the prompt) is kept, and so is the newest token.
+    // The protected prefix (the prompt, at most prefix_max = budget/4 cells of it) is kept, and so is
+    // the newest token.
     cell_list l = list_cells(ctx.get(), 0);
     CHECK(!l.pos.empty() && l.pos.back() == pos_max, "newest position missing");
     if (policy != "random") {
-        for (int p = 0; p < (int) prompt.size(); p++) {
+        for (int p = 0; p < std::min<int>((int) prompt.size(), budget / 4); p++) {
             CHECK(std::find(l.pos.begin(), l.pos.end(), p) != l.pos.end(), "prompt position %d evicted", p);
         }
     }
@@ -314,11 +323,15 @@ bool run_multi(env & e, const std::string & spec, int n_seq, int n_gen, bool uni
     std::vector<llama_pos> next_pos(n_seq, 0);
     for (int s = 0; s < n_active; s++) {
         auto prompt = prompt_tokens(e, 16 + 4 * s);
-        llama_batch b = llama_batch_init((int) prompt.size(), 0, 1);
-        for (size_t i = 0; i < prompt.size(); i++) {
-            common_batch_add(b, prompt[i], (llama_pos) i, {s}, i + 1 == prompt.size());
+        const size_t n_batch = llama_n_batch(c);
+        llama_batch b = llama_batch_init((int) n_batch, 0, 1);
+        for (size_t i0 = 0; i0 < prompt.size(); i0 += n_batch) {
+            common_batch_clear(b);
+            for (size_t i = i0; i < std::min(prompt.size(), i0 + n_batch); i++) {
+                common_batch_add(b, prompt[i], (llama_pos) i, {s}, i + 1 == prompt.size());
+            }
+            CHECK(llama_decode(c, b) == 0, "prompt decode failed for seq %d", s);
         }
-        CHECK(llama_decode(c, b) == 0, "prompt decode failed for seq %d", s);
         last[s] = argmax(llama_get_logits_ith(c, -1), e.n_vocab);
         next_pos[s] = (llama_pos) prompt.size();
         llama_batch_free(b);
@@ -429,14 +442,15 @@ bool test_long_prompt(env & e) {
         }
     }
     {
-        // physical cells (--kv-cells 64, padded to 256) below one chunk of 512: a clean failure
+        // physical cells (--kv-cells 16) below one chunk (n_batch 32): a clean failure
         common_params p = e.params;
-        p.kv_cells = 64;
-        p.n_batch = p.n_ubatch = 512;
+        p.kv_cells = 16;
         ctx_ptr ctx(bkv_tools::make_context(e.model, p, "policy=beacon,budget=32,window=8", 4096));
         CHECK(ctx, "context creation failed");
-        CHECK(llama_kv_plugin_n_cells(ctx.get()) < 512, "physical cells %u", llama_kv_plugin_n_cells(ctx.get()));
-        const int ret = llama_decode(ctx.get(), llama_batch_get_one(prompt.data(), 512));
+        const int chunk = (int) llama_n_batch(ctx.get());
+        CHECK((int) llama_kv_plugin_n_cells(ctx.get()) < chunk, "physical cells %u, chunk %d",
+              llama_kv_plugin_n_cells(ctx.get()), chunk);
+        const int ret = llama_decode(ctx.get(), llama_batch_get_one(prompt.data(), chunk));
         CHECK(ret == 1, "decode of a chunk larger than the cells returned %d, expected 1 (no slot)", ret);
         CHECK(bkv_tools::seq_cells(ctx.get(), 0) == 0, "a failed decode left cells behind");
         CHECK(decode(ctx.get(), prompt.data(), 16), "the context is unusable after the failure");

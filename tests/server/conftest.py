@@ -52,7 +52,7 @@ class Server:
 
     def __init__(self, model: Path, *args: str, tmp: Path, timeout: float = 120):
         self.port = free_port()
-        self.body = {"grammar": ASCII_GRAMMAR} if Path(model).name == TINY.name else {}
+        self.body = {"grammar": ASCII_GRAMMAR} if Path(model).name.startswith("tiny") else {}
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / f"server-{self.port}.log"
         self.args = [

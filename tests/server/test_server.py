@@ -244,3 +244,25 @@ def test_llama_cli_single_turn_generates_past_budget(tiny):
     assert line, log[-3000:]
     kv = json.loads(line[-1].split("kv compression: ", 1)[1])
     assert kv["cells_peak"] <= BUDGET and kv["evicted"] > 0
+
+
+# ---- a cache layout the plugin refuses --------------------------------------------------------------
+
+
+def test_refused_layout_runs_with_the_full_cache(server):
+    """A recurrent-only model (Mamba-2) has no attention cache to evict: the plugin is refused at
+    attach, and the context is recreated with the full cache instead of the one sized for the budget."""
+    from conftest import ROOT
+    model = ROOT / "build/models/tiny-mamba2.gguf"
+    if not model.exists():
+        subprocess.run([str(ROOT / "build/venv/bin/python"), str(ROOT / "scripts/make_tiny_hybrid_gguf.py"),
+                        "mamba2", str(model)], check=True, timeout=300)
+    s = server(model, "-c", "2048", *KV)
+    log = s.log()
+    assert log.count("KV plugin not attached") == 1, log[-3000:]
+    assert "recreating the context with the full, uncompressed KV cache" in log
+    res = s.complete(words(60, 15), 8 * BUDGET)
+    assert res["tokens_predicted"] == 8 * BUDGET
+    assert "kv_cells" not in res["timings"]
+    status, props = s.get("/props")
+    assert status == 200 and props["kv_compress"] is None
