@@ -549,7 +549,7 @@ fn speculative_rollback_keeps_the_accepted_tokens() {
     let mut engine = Engine::new(params, &mut host);
     let mut next = 0;
     // prompt and plain generation up to the budget
-    for n in std::iter::once(40).chain(std::iter::repeat(1).take(60)) {
+    for n in std::iter::once(40).chain(std::iter::repeat_n(1, 60)) {
         let outs = [1];
         engine
             .before_batch(&mut host, &[0], &[n], Some(&outs))
