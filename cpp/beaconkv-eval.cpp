@@ -5,6 +5,10 @@
 //   beaconkv-eval --mode generate -p PROMPT [--n-tokens N] --configs LIST ...   (greedy reference)
 //   beaconkv-eval --mode passkey [--length N] [--depths 0.1,0.5,0.9] [--chunk N] --configs LIST ...
 //   beaconkv-eval --mode speed   [--lengths 1024,2048] --configs LIST ...
+//   beaconkv-eval --mode task    --tasks FILE.jsonl [--chunk N] --configs LIST ...   (long-context tasks)
+//   beaconkv-eval --mode trace   --tasks FILE.jsonl [--n-tokens N] [--chunk N] [--bucket N] [--free-max N]
+//                                --configs LIST ...   (own-trace fidelity)
+//   beaconkv-eval --mode count   --tasks FILE.jsonl   (token counts of task documents)
 //   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results.
 //
 // LIST is comma-separated configs "policy:budget" (e.g. "beacon:256,recent:256"); "none" is the
@@ -19,6 +23,8 @@
 #include "llama-kv-plugin.h"
 #include "llama.h"
 #include "tool-common.h"
+
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -49,6 +55,9 @@ struct eval_args {
     int chunk = 32;
     std::string depths = "0.1,0.5,0.9";
     std::string lengths = "1024,2048";
+    std::string tasks;  // task/trace: JSONL input
+    int bucket = 256;   // trace: position bucket of the per-bucket numbers
+    int free_max = 0;   // trace: longest free run (0 = --n-tokens)
 };
 
 std::vector<std::string> split(const std::string & s, char sep) {
@@ -66,10 +75,11 @@ std::vector<std::string> split(const std::string & s, char sep) {
 bool take_eval_args(int & argc, char ** argv, eval_args & a) {
     const std::map<std::string, std::string *> strs = {
         {"--mode", &a.mode}, {"--configs", &a.configs}, {"--text", &a.text_file}, {"--out", &a.out},
-        {"--depths", &a.depths}, {"--lengths", &a.lengths}};
+        {"--depths", &a.depths}, {"--lengths", &a.lengths}, {"--tasks", &a.tasks}};
     const std::map<std::string, int *> ints = {{"--n-tokens", &a.n_tokens}, {"--prompt-tokens", &a.prompt_tokens},
                                                {"--passage", &a.passage},   {"--gap", &a.gap},
-                                               {"--length", &a.length},     {"--chunk", &a.chunk}};
+                                               {"--length", &a.length},     {"--chunk", &a.chunk},
+                                               {"--bucket", &a.bucket},     {"--free-max", &a.free_max}};
     int out = 1;
     for (int i = 1; i < argc; i++) {
         const std::string k = argv[i];
@@ -160,16 +170,22 @@ std::unique_ptr<run_ctx> make_ctx(llama_model * model, const common_params & bas
     return r;
 }
 
+// Decodes n tokens, in pieces of at most the context's n_batch (a compressed context may have a
+// small one: common_kv_compress_adjust caps it at n_ubatch).
 bool decode_tokens(run_ctx & r, const llama_token * toks, int32_t n) {
-    auto t0 = clock_type::now();
-    const int ret = llama_decode(r.ctx, llama_batch_get_one(const_cast<llama_token *>(toks), n));
-    r.decode_ms += std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-    if (ret != 0) {
-        fprintf(stderr, "error: llama_decode returned %d for '%s'\n", ret, r.cfg.name.c_str());
-        return false;
+    const int32_t n_batch = std::max<int32_t>(1, (int32_t) llama_n_batch(r.ctx));
+    for (int32_t i = 0; i < n; i += n_batch) {
+        const int32_t m = std::min(n_batch, n - i);
+        auto t0 = clock_type::now();
+        const int ret = llama_decode(r.ctx, llama_batch_get_one(const_cast<llama_token *>(toks + i), m));
+        r.decode_ms += std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+        if (ret != 0) {
+            fprintf(stderr, "error: llama_decode returned %d for '%s'\n", ret, r.cfg.name.c_str());
+            return false;
+        }
+        const int32_t cells = bkv_tools::seq_cells(r.ctx, 0);
+        r.cells_peak = std::max(r.cells_peak, cells);
     }
-    const int32_t cells = bkv_tools::seq_cells(r.ctx, 0);
-    r.cells_peak = std::max(r.cells_peak, cells);
     return true;
 }
 
@@ -458,6 +474,474 @@ std::string run_speed(llama_model * model, const common_params & params, const s
     return js.str();
 }
 
+
+// ---- task and trace modes ------------------------------------------------------------------------
+
+// The prompt as one user turn in the model's own chat template (unchanged if it has none).
+std::string apply_chat_template(const llama_model * model, const std::string & prompt) {
+    const char * tmpl = llama_model_chat_template(model, nullptr);
+    if (!tmpl) {
+        return prompt;
+    }
+    llama_chat_message msg = {"user", prompt.c_str()};
+    std::vector<char> buf(prompt.size() * 2 + 512);
+    int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    if (n > (int32_t) buf.size()) {
+        buf.resize(n);
+        n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    }
+    return n < 0 ? prompt : std::string(buf.data(), n);
+}
+
+// A user turn "doc + question" in the chat template, split into the part before the question
+// (prefilled once, then shared by every question) and the question with the template's tail.
+void template_split(const llama_model * model, const std::string & doc, std::string & pre, std::string & post) {
+    const std::string mark = "@@BEACONKV_QUESTION@@";
+    const std::string t = apply_chat_template(model, doc + mark);
+    const size_t at = t.find(mark);
+    if (at == std::string::npos) {
+        pre = doc;
+        post.clear();
+        return;
+    }
+    pre = t.substr(0, at);
+    post = t.substr(at + mark.size());
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string & path) {
+    std::vector<nlohmann::json> out;
+    std::ifstream f(path);
+    if (!f) {
+        fprintf(stderr, "error: cannot read %s\n", path.c_str());
+        return out;
+    }
+    int n = 0;
+    for (std::string line; std::getline(f, line);) {
+        n++;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) {
+            continue;
+        }
+        try {
+            out.push_back(nlohmann::json::parse(line));
+        } catch (const std::exception & e) {
+            fprintf(stderr, "error: %s line %d: %s\n", path.c_str(), n, e.what());
+            return {};
+        }
+    }
+    return out;
+}
+
+std::string dump_json(const nlohmann::json & j) {
+    // generated text can end inside a multi-byte character: replace, never throw
+    return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Chunk of tokens per decode call of a compressed context: at most `chunk`, and budget/8 (the
+// default hysteresis gap, budget - min) so that compression runs at the cadence of decoding.
+int compressed_chunk(const config & c, int chunk) {
+    return std::max(1, std::min(chunk, c.budget / 8));
+}
+
+bool decode_chunked(run_ctx & r, const std::vector<llama_token> & toks, int chunk) {
+    for (size_t i = 0; i < toks.size(); i += chunk) {
+        if (!decode_tokens(r, &toks[i], (int32_t) std::min<size_t>(chunk, toks.size() - i))) {
+            return false;
+        }
+    }
+    return true;
+}
+
+// Synthetic long-context tasks (the bench generates them): each line of --tasks is a document
+// {"id", "doc", "questions": [{"q", "max_tokens"}, ...]}. Per config the document is prefilled
+// once (in chunks, compressing as it goes), its sequence state saved; every question then starts
+// from that state, is decoded and answered greedily (up to max_tokens or an end-of-generation
+// token). Scoring is the bench's.
+std::string run_task(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
+                     const eval_args & a) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    const std::vector<nlohmann::json> docs = read_jsonl(a.tasks);
+    if (docs.empty()) {
+        fprintf(stderr, "error: --mode task needs --tasks FILE.jsonl with at least one document\n");
+        return "";
+    }
+    nlohmann::json results = nlohmann::json::array();
+    const int total = (int) (docs.size() * cfgs.size());
+    int done = 0;
+    for (const nlohmann::json & d : docs) {
+        const std::string id = d.value("id", std::to_string(done));
+        std::string pre, post;
+        template_split(model, d.value("doc", std::string()), pre, post);
+        const std::vector<llama_token> doc_toks = common_tokenize(vocab, pre, true, true);
+        std::vector<std::vector<llama_token>> q_toks;
+        std::vector<int> q_max;
+        int need = 0;
+        for (const nlohmann::json & q : d.value("questions", nlohmann::json::array())) {
+            q_toks.push_back(common_tokenize(vocab, q.value("q", std::string()) + post, false, true));
+            q_max.push_back(std::max(1, q.value("max_tokens", 32)));
+            need = std::max(need, (int) q_toks.back().size() + q_max.back());
+        }
+        if (doc_toks.empty() || q_toks.empty()) {
+            fprintf(stderr, "error: --tasks document '%s' has no text or no questions\n", id.c_str());
+            return "";
+        }
+        for (const config & c : cfgs) {
+            const bool compressed = c.policy != "none";
+            // Protect only the instruction: the haystack itself is what gets compressed.
+            const std::string extra = compressed ? ",prefix=" + std::to_string(std::min(32, c.budget / 4)) : "";
+            auto r = make_ctx(model, params, c, (uint32_t) (doc_toks.size() + need + 16), extra);
+            if (!r) {
+                return "";
+            }
+            const int chunk = compressed ? compressed_chunk(c, a.chunk) : std::max(1, params.n_ubatch);
+            if (!decode_chunked(*r, doc_toks, chunk)) {
+                return "";
+            }
+            const double prefill_ms = r->decode_ms;
+            const int32_t cells_doc = bkv_tools::seq_cells(r->ctx, 0);
+            // the state after the document, restored before every question but the first
+            std::vector<uint8_t> kv_state, plugin_state;
+            if (q_toks.size() > 1 && compressed) {
+                kv_state.resize(llama_state_seq_get_size(r->ctx, 0));
+                if (llama_state_seq_get_data(r->ctx, kv_state.data(), kv_state.size(), 0) != kv_state.size()) {
+                    fprintf(stderr, "error: llama_state_seq_get_data failed for '%s'\n", c.name.c_str());
+                    return "";
+                }
+                const beaconkv_context * b = common_kv_compress_get(r->ctx);
+                if (b) {
+                    plugin_state.resize(beaconkv_seq_state_size(b, 0));
+                    if (plugin_state.empty() ||
+                        beaconkv_seq_state_get(b, 0, plugin_state.data(), plugin_state.size()) !=
+                            (int64_t) plugin_state.size()) {
+                        fprintf(stderr, "error: beaconkv_seq_state_get: %s\n", beaconkv_last_error(b));
+                        return "";
+                    }
+                }
+            }
+            for (size_t qi = 0; qi < q_toks.size(); qi++) {
+                llama_memory_t mem = llama_get_memory(r->ctx);
+                if (qi > 0) {
+                    if (!compressed) {
+                        llama_memory_seq_rm(mem, 0, (llama_pos) doc_toks.size(), -1);
+                    } else {
+                        llama_memory_seq_rm(mem, 0, -1, -1);
+                        if (llama_state_seq_set_data(r->ctx, kv_state.data(), kv_state.size(), 0) != kv_state.size()) {
+                            fprintf(stderr, "error: llama_state_seq_set_data failed for '%s'\n", c.name.c_str());
+                            return "";
+                        }
+                        beaconkv_context * b = common_kv_compress_get(r->ctx);
+                        if (b && !plugin_state.empty() &&
+                            beaconkv_seq_state_set(b, 0, plugin_state.data(), plugin_state.size()) != BEACONKV_OK) {
+                            fprintf(stderr, "error: beaconkv_seq_state_set: %s\n", beaconkv_last_error(b));
+                            return "";
+                        }
+                    }
+                }
+                const double q0 = r->decode_ms;
+                if (!decode_chunked(*r, q_toks[qi], chunk)) {
+                    return "";
+                }
+                std::vector<llama_token> gen;
+                bool stopped = false;
+                for (int g = 0; g < q_max[qi]; g++) {
+                    llama_token t = argmax(llama_get_logits_ith(r->ctx, -1), n_vocab);
+                    if (llama_vocab_is_eog(vocab, t)) {
+                        stopped = true;
+                        break;
+                    }
+                    gen.push_back(t);
+                    if (g + 1 < q_max[qi] && !decode_tokens(*r, &t, 1)) {
+                        return "";
+                    }
+                }
+                const plugin_numbers pn = plugin_stats(r->ctx);
+                results.push_back({{"id", id},
+                                   {"question", (int) qi},
+                                   {"config", c.name},
+                                   {"policy", c.policy},
+                                   {"budget", c.budget},
+                                   {"n_doc", (int) doc_toks.size()},
+                                   {"n_question", (int) q_toks[qi].size()},
+                                   {"n_gen", (int) gen.size()},
+                                   {"stopped", stopped},
+                                   {"output", common_detokenize(vocab, gen, false)},
+                                   {"cells_doc", cells_doc},
+                                   {"cells_peak", r->cells_peak},
+                                   {"evicted", pn.evicted},
+                                   {"compress_events", pn.events},
+                                   {"plugin_ms", pn.ms},
+                                   {"prefill_ms", prefill_ms},
+                                   {"answer_ms", r->decode_ms - q0}});
+            }
+            progress(++done, total);
+        }
+    }
+    return dump_json({{"results", results}});
+}
+
+// Own-trace fidelity. Per prompt (each line of --tasks: {"id", "prompt"}): the uncompressed model
+// answers greedily for --n-tokens tokens (end-of-generation tokens masked), one token at a time;
+// then every config is teacher-forced on that trace in lockstep with an uncompressed reference
+// (chunks of --chunk tokens, aligned so that compression runs exactly where decoding would run it),
+// giving top-1 agreement with the trace and KL(reference || config) per position bucket; last,
+// each compressed config runs free (greedy, one token at a time) until its first token that
+// differs from the trace, at most --free-max tokens.
+std::string run_trace(llama_model * model, const common_params & base_params, const std::vector<config> & cfgs,
+                      const eval_args & a) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    // many contexts live at once: small ubatches keep their compute buffers (logits) small
+    common_params params = base_params;
+    params.n_ubatch = std::min(params.n_ubatch, 64);
+    params.n_batch = std::max(params.n_batch, params.n_ubatch);
+    // the trace never ends: end-of-generation tokens are masked in every greedy choice
+    std::vector<char> is_eog(n_vocab);
+    for (int v = 0; v < n_vocab; v++) {
+        is_eog[v] = llama_vocab_is_eog(vocab, v);
+    }
+    auto pick = [&](const float * l) {
+        int best = -1;
+        for (int v = 0; v < n_vocab; v++) {
+            if (!is_eog[v] && (best < 0 || l[v] > l[best])) {
+                best = v;
+            }
+        }
+        return best;
+    };
+    const std::vector<nlohmann::json> prompts = read_jsonl(a.tasks);
+    if (prompts.empty()) {
+        fprintf(stderr, "error: --mode trace needs --tasks FILE.jsonl with at least one prompt\n");
+        return "";
+    }
+    const int n_gen = std::max(2, a.n_tokens);
+    const int bucket = std::max(1, a.bucket);
+    int chunk = std::max(1, a.chunk);
+    for (const config & c : cfgs) {
+        if (c.policy != "none") {
+            chunk = std::min(chunk, compressed_chunk(c, a.chunk));
+        }
+    }
+    std::vector<config> comp;
+    for (const config & c : cfgs) {
+        if (c.policy != "none") {
+            comp.push_back(c);
+        }
+    }
+    config none_cfg;
+    none_cfg.name = "none";
+    none_cfg.policy = "none";
+    const int n_buckets = (n_gen + bucket - 1) / bucket;
+    // progress: per prompt, the reference (n_gen), teacher forcing (n_gen), free runs (per config)
+    const int per_prompt = 2 * n_gen + (int) comp.size();
+    const int total = per_prompt * (int) prompts.size();
+    nlohmann::json prompt_info = nlohmann::json::array();
+    nlohmann::json results = nlohmann::json::array();
+    for (size_t pi = 0; pi < prompts.size(); pi++) {
+        const int base = (int) pi * per_prompt;
+        const std::string id = prompts[pi].value("id", std::to_string(pi));
+        const std::string text = apply_chat_template(model, prompts[pi].value("prompt", std::string()));
+        const std::vector<llama_token> prompt = common_tokenize(vocab, text, true, true);
+        if (prompt.empty()) {
+            fprintf(stderr, "error: trace prompt '%s' is empty\n", id.c_str());
+            return "";
+        }
+        const uint32_t n_ctx = (uint32_t) (prompt.size() + n_gen + 16);
+
+        // 1. the reference trace
+        std::vector<llama_token> trace;
+        int first_eog = -1;
+        {
+            auto ref = make_ctx(model, params, none_cfg, n_ctx);
+            if (!ref || !decode_tokens(*ref, prompt.data(), (int32_t) prompt.size())) {
+                return "";
+            }
+            for (int g = 0; g < n_gen; g++) {
+                const float * lp = llama_get_logits_ith(ref->ctx, -1);
+                if (first_eog < 0 && is_eog[argmax(lp, n_vocab)]) {
+                    first_eog = g;
+                }
+                llama_token t = pick(lp);
+                trace.push_back(t);
+                if (g + 1 < n_gen && !decode_tokens(*ref, &t, 1)) {
+                    return "";
+                }
+                if ((g + 1) % 64 == 0) {
+                    progress(base + g + 1, total);
+                }
+            }
+            prompt_info.push_back({{"id", id},
+                                   {"n_prompt", (int) prompt.size()},
+                                   {"n_tokens", n_gen},
+                                   {"first_eog", first_eog},
+                                   {"ref_ms", ref->decode_ms},
+                                   {"text", common_detokenize(vocab, trace, false)}});
+        }
+
+        // 2. teacher forcing in lockstep
+        std::vector<std::unique_ptr<run_ctx>> runs;
+        runs.push_back(make_ctx(model, params, none_cfg, n_ctx));
+        for (const config & c : comp) {
+            runs.push_back(make_ctx(model, params, c, n_ctx));
+        }
+        for (auto & r : runs) {
+            if (!r || !decode_chunked(*r, prompt, r->cfg.policy == "none" ? std::max(1, params.n_ubatch) : chunk)) {
+                return "";
+            }
+        }
+        struct acc {
+            std::vector<double> kl, agree;
+            std::vector<int64_t> n;
+            int first_mismatch = -1;
+        };
+        std::vector<acc> accs(runs.size());
+        for (acc & x : accs) {
+            x.kl.assign(n_buckets, 0);
+            x.agree.assign(n_buckets, 0);
+            x.n.assign(n_buckets, 0);
+        }
+        std::vector<double> lp_ref, p_ref(n_vocab), lp;
+        // scores position g (the logits that predict trace[g]); row i of each context's logits
+        auto score = [&](int g, int32_t row) {
+            log_softmax(llama_get_logits_ith(runs[0]->ctx, row), n_vocab, lp_ref);
+            for (int v = 0; v < n_vocab; v++) {
+                p_ref[v] = std::exp(lp_ref[v]);
+            }
+            const int bk = g / bucket;
+            for (size_t k = 0; k < runs.size(); k++) {
+                const float * l = llama_get_logits_ith(runs[k]->ctx, row);
+                double kl = 0;
+                if (k > 0) {
+                    log_softmax(l, n_vocab, lp);
+                    for (int v = 0; v < n_vocab; v++) {
+                        kl += p_ref[v] * (lp_ref[v] - lp[v]);
+                    }
+                }
+                const bool agree = pick(l) == trace[g];
+                acc & x = accs[k];
+                x.kl[bk] += kl;
+                x.agree[bk] += agree;
+                x.n[bk]++;
+                if (!agree && x.first_mismatch < 0) {
+                    x.first_mismatch = g;
+                }
+            }
+        };
+        score(0, -1);
+        // feed trace[0 .. n_gen-2]; the logits of trace[j] predict trace[j+1]. The first chunk
+        // brings the cell count to a multiple of the chunk (budgets are multiples of it), so a
+        // compressed context reaches its budget exactly where token-by-token decoding would.
+        llama_batch batch = llama_batch_init(chunk, 0, 1);
+        int j = 0;
+        const int first = (int) ((chunk - prompt.size() % chunk) % chunk);
+        while (j < n_gen - 1) {
+            const int n = std::min(j == 0 && first > 0 ? first : chunk, n_gen - 1 - j);
+            for (auto & r : runs) {
+                common_batch_clear(batch);
+                const llama_pos p0 = llama_memory_seq_pos_max(llama_get_memory(r->ctx), 0) + 1;
+                for (int i = 0; i < n; i++) {
+                    common_batch_add(batch, trace[j + i], p0 + i, {0}, true);
+                }
+                auto t0 = clock_type::now();
+                const int ret = llama_decode(r->ctx, batch);
+                r->decode_ms += std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+                if (ret != 0) {
+                    fprintf(stderr, "error: llama_decode returned %d for '%s'\n", ret, r->cfg.name.c_str());
+                    llama_batch_free(batch);
+                    return "";
+                }
+                r->cells_peak = std::max(r->cells_peak, bkv_tools::seq_cells(r->ctx, 0));
+            }
+            for (int i = 0; i < n; i++) {
+                score(j + i + 1, i);
+            }
+            j += n;
+            progress(base + n_gen + j, total);
+        }
+        llama_batch_free(batch);
+
+        // 3. free runs
+        std::vector<int> diverge(runs.size(), -1);
+        for (size_t k = 1; k < runs.size(); k++) {
+            auto r = make_ctx(model, params, runs[k]->cfg, n_ctx);
+            if (!r || !decode_chunked(*r, prompt, chunk)) {
+                return "";
+            }
+            const int limit = std::min(n_gen, a.free_max > 0 ? a.free_max : n_gen);
+            int g = 0;
+            for (; g < limit; g++) {
+                llama_token t = pick(llama_get_logits_ith(r->ctx, -1));
+                if (t != trace[g]) {
+                    break;
+                }
+                if (g + 1 < limit && !decode_tokens(*r, &t, 1)) {
+                    return "";
+                }
+            }
+            diverge[k] = g;
+            progress(base + 2 * n_gen + (int) k, total);
+        }
+
+        for (size_t k = 0; k < runs.size(); k++) {
+            const acc & x = accs[k];
+            nlohmann::json buckets = nlohmann::json::array();
+            double kl = 0, agree = 0;
+            int64_t n = 0;
+            for (int b = 0; b < n_buckets; b++) {
+                kl += x.kl[b];
+                agree += x.agree[b];
+                n += x.n[b];
+                buckets.push_back({{"from", b * bucket},
+                                   {"to", std::min(n_gen, (b + 1) * bucket)},
+                                   {"n", x.n[b]},
+                                   {"top1", x.n[b] ? x.agree[b] / x.n[b] : 0.0},
+                                   {"kl", x.n[b] ? x.kl[b] / x.n[b] : 0.0}});
+            }
+            const plugin_numbers pn = plugin_stats(runs[k]->ctx);
+            const int limit = std::min(n_gen, a.free_max > 0 ? a.free_max : n_gen);
+            results.push_back({{"id", id},
+                               {"config", runs[k]->cfg.name},
+                               {"policy", runs[k]->cfg.policy},
+                               {"budget", runs[k]->cfg.budget},
+                               {"n_tokens", n},
+                               {"top1", n ? agree / n : 0.0},
+                               {"kl", n ? kl / n : 0.0},
+                               {"first_mismatch", x.first_mismatch},
+                               {"diverge_free", k == 0 ? nlohmann::json(nullptr) : nlohmann::json(diverge[k])},
+                               {"free_limit", limit},
+                               {"buckets", buckets},
+                               {"cells_peak", runs[k]->cells_peak},
+                               {"evicted", pn.evicted},
+                               {"compress_events", pn.events},
+                               {"plugin_ms", pn.ms},
+                               {"decode_ms", runs[k]->decode_ms}});
+        }
+    }
+    progress(total, total);
+    return dump_json({{"n_tokens", n_gen}, {"bucket", bucket}, {"chunk", chunk}, {"prompts", prompt_info},
+                      {"results", results}});
+}
+
+// Token counts of the documents of a --tasks file as `--mode task` would prefill them (chat
+// template included); the bench calibrates its characters-per-token from them.
+std::string run_count(llama_model * model, const eval_args & a) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const std::vector<nlohmann::json> docs = read_jsonl(a.tasks);
+    if (docs.empty()) {
+        fprintf(stderr, "error: --mode count needs --tasks FILE.jsonl\n");
+        return "";
+    }
+    nlohmann::json results = nlohmann::json::array();
+    for (const nlohmann::json & d : docs) {
+        std::string pre, post;
+        const std::string doc = d.value("doc", std::string());
+        template_split(model, doc, pre, post);
+        results.push_back({{"id", d.value("id", std::string())},
+                           {"chars", (int64_t) doc.size()},
+                           {"n_doc", (int64_t) common_tokenize(vocab, pre, true, true).size()}});
+    }
+    return dump_json({{"results", results}});
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -526,8 +1010,15 @@ int main(int argc, char ** argv) {
         result = run_passkey(model, params, cfgs, a);
     } else if (a.mode == "speed") {
         result = run_speed(model, params, cfgs, a);
+    } else if (a.mode == "task") {
+        result = run_task(model, params, cfgs, a);
+    } else if (a.mode == "trace") {
+        result = run_trace(model, params, cfgs, a);
+    } else if (a.mode == "count") {
+        result = run_count(model, a);
     } else {
-        fprintf(stderr, "error: --mode must be agree, generate, revisit, passkey or speed (got '%s')\n", a.mode.c_str());
+        fprintf(stderr, "error: --mode must be agree, generate, revisit, passkey, speed, task, trace or count (got '%s')\n",
+                a.mode.c_str());
         return 1;
     }
     if (result.empty()) {

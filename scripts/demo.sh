@@ -32,7 +32,7 @@ def facts(path):
     log = open(path, errors="replace").read()
     kv = re.findall(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells", log)
     ev = re.findall(r"eval time = +[\d.]+ ms / +(\d+) runs .*?([\d.]+) tokens per second", log)
-    peak = re.search(r"kv compression summary: cells peak (\d+) per sequence, (\d+) cells evicted in (\d+) passes, plugin ([\d.]+) ms", log)
+    peak = re.search(r"kv compression summary: cells peak (\d+) over all sequences, (\d+) cells evicted in (\d+) passes, plugin ([\d.]+) ms", log)
     if not kv or not ev:
         sys.exit(f"demo: could not read the figures from {path}")
     return {"kv_mib": float(kv[0][0]), "cells": int(kv[0][1]), "tokens": int(ev[-1][0]),

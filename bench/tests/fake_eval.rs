@@ -182,3 +182,131 @@ fn missing_eval_is_a_clear_error() {
     );
     assert!(!out.exists(), "no output folder before the run can start");
 }
+
+#[test]
+fn tasks_quick_run_with_fake_eval() {
+    let out = tmpdir("tasks");
+    let o = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"))
+        .args(["tasks", "--quick", "-m", "/dev/null", "--eval"])
+        .arg(fake_eval())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("run beaconkv-bench tasks");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "bench tasks failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(stderr.contains("characters per token"), "{stderr}");
+    for f in [
+        "summary.md",
+        "results.json",
+        "tasks.csv",
+        "accuracy.csv",
+        "trace.csv",
+        "task-0.jsonl",
+        "accuracy_niah.png",
+        "accuracy_chain.png",
+        "trace_top1_32.png",
+        "trace_kl_64.png",
+    ] {
+        assert!(non_empty(&out.join(f)), "{f} missing or empty");
+    }
+    // The fake answers right for none and beacon only: the scorer must see exactly that.
+    assert!(
+        stdout.contains("| niah | 100% [21–100] (1/1) | 100% [21–100] (1/1) |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| beacon | 100% [51–100] (4/4) | 100% [51–100] (4/4) | – |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| recent | 0% [0–66] (0/2) | 0% [0–66] (0/2) | – |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| beacon:64 | 0.900 | 0.0500 | 16 | 16 |"),
+        "{stdout}"
+    );
+    // one CSV row per question and config: (1 + 4 + 2 + 2) questions x 9 configs
+    let csv = std::fs::read_to_string(out.join("tasks.csv")).unwrap();
+    let rows = csv
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_lowercase()) && !l.starts_with("task,"))
+        .count();
+    assert!(rows >= 9 * 9, "{rows} rows\n{csv}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(doc["tasks"].as_array().unwrap().len(), 9 * 9);
+    assert!(doc["failed"].is_null());
+    assert_eq!(doc["trace"]["prompts"][0]["id"], "short");
+    assert!(doc["seconds_per_document"]["niah@160"].as_f64().is_some());
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn tasks_failing_tool_is_reported() {
+    let out = tmpdir("tasks-fail");
+    let o = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"))
+        .args(["tasks", "--quick", "-m", "/dev/null", "--eval"])
+        .arg(fake_eval())
+        .arg("--out")
+        .arg(&out)
+        .env("FAKE_EVAL_FAIL", "trace")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("beaconkv-eval failed for trace"),
+        "{stderr}"
+    );
+    // the task round before the failure is kept
+    let csv = std::fs::read_to_string(out.join("tasks.csv")).unwrap();
+    assert!(csv.lines().count() > 1, "{csv}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn tasks_fill_the_time_budget() {
+    // A 6-second budget: after the first round, documents are added one at a time while their
+    // measured cost (the fake's 13 x 44 ms) still fits.
+    let out = tmpdir("tasks-budget");
+    let started = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"))
+        .args([
+            "tasks",
+            "-m",
+            "/dev/null",
+            "--only",
+            "task",
+            "--tasks",
+            "niah",
+            "--lengths",
+            "160",
+            "--minutes",
+            "0.1",
+            "--eval",
+        ])
+        .arg(fake_eval())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("time budget reached"), "{stderr}");
+    assert!(started.elapsed().as_secs_f64() < 20.0);
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let n = doc["tasks"].as_array().unwrap().len();
+    assert!(
+        n >= 2 * 13 && n.is_multiple_of(13),
+        "{n} rows: more than one document, all 13 configs"
+    );
+    assert!(out.join("task-1-niah-160.json").is_file());
+    std::fs::remove_dir_all(&out).unwrap();
+}
