@@ -110,6 +110,7 @@ fn spec_flag_sets_every_key() {
         "recent=12",
         "window=8",
         "prefix=4",
+        "prefix_max=20",
         "reduce=zmean",
         "span=3",
         "score=prob",
