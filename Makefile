@@ -65,7 +65,7 @@ test-unit:
 
 test-e2e:
 	scripts/fetch-models.sh gemma3 >/dev/null
-	cargo test --release --features e2e --test e2e --test ggml_crosscheck --test cli --test rpc -- --test-threads 1
+	cargo test --release --features e2e --test e2e --test ggml_crosscheck --test cli --test rpc --test hybrid -- --test-threads 1
 
 test-server: build
 	scripts/fetch-models.sh smollm2 >/dev/null

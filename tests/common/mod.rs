@@ -480,7 +480,7 @@ unsafe extern "C" fn c_read_rows(
 
 unsafe extern "C" fn c_log(user: *mut c_void, level: i32, msg: *const c_char) {
     assert!(!msg.is_null(), "log: NULL message");
-    assert!((2..=3).contains(&level), "log level {level}");
+    assert!((1..=3).contains(&level), "log level {level}");
     let msg = CStr::from_ptr(msg).to_string_lossy().into_owned();
     host_of(user).log(level, &msg)
 }
