@@ -141,22 +141,6 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
     }
 }
 
-// The prompt as one user turn in the model's own chat template (unchanged if it has none).
-std::string apply_chat_template(const llama_model * model, const std::string & prompt) {
-    const char * tmpl = llama_model_chat_template(model, nullptr);
-    if (!tmpl) {
-        return prompt;
-    }
-    llama_chat_message msg = {"user", prompt.c_str()};
-    std::vector<char> buf(prompt.size() * 2 + 512);
-    int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
-    if (n > (int32_t) buf.size()) {
-        buf.resize(n);
-        n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
-    }
-    return n < 0 ? prompt : std::string(buf.data(), n);
-}
-
 }  // namespace
 
 int main(int argc, char ** argv) {
@@ -182,7 +166,7 @@ int main(int argc, char ** argv) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
     common_sampler * smpl = init->sampler(0);
 
-    const std::string text = extra.chat ? apply_chat_template(model, params.prompt) : params.prompt;
+    const std::string text = extra.chat ? bkv_tools::apply_chat_template(model, params.prompt) : params.prompt;
     std::vector<llama_token> prompt = common_tokenize(ctx, text, true, true);
     if (prompt.empty()) {
         fprintf(stderr, "error: empty prompt (give -p TEXT or -f FILE)\n");

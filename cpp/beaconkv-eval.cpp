@@ -477,27 +477,11 @@ std::string run_speed(llama_model * model, const common_params & params, const s
 
 // ---- task and trace modes ------------------------------------------------------------------------
 
-// The prompt as one user turn in the model's own chat template (unchanged if it has none).
-std::string apply_chat_template(const llama_model * model, const std::string & prompt) {
-    const char * tmpl = llama_model_chat_template(model, nullptr);
-    if (!tmpl) {
-        return prompt;
-    }
-    llama_chat_message msg = {"user", prompt.c_str()};
-    std::vector<char> buf(prompt.size() * 2 + 512);
-    int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
-    if (n > (int32_t) buf.size()) {
-        buf.resize(n);
-        n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
-    }
-    return n < 0 ? prompt : std::string(buf.data(), n);
-}
-
 // A user turn "doc + question" in the chat template, split into the part before the question
 // (prefilled once, then shared by every question) and the question with the template's tail.
 void template_split(const llama_model * model, const std::string & doc, std::string & pre, std::string & post) {
     const std::string mark = "@@BEACONKV_QUESTION@@";
-    const std::string t = apply_chat_template(model, doc + mark);
+    const std::string t = bkv_tools::apply_chat_template(model, doc + mark);
     const size_t at = t.find(mark);
     if (at == std::string::npos) {
         pre = doc;
@@ -739,7 +723,7 @@ std::string run_trace(llama_model * model, const common_params & base_params, co
     for (size_t pi = 0; pi < prompts.size(); pi++) {
         const int base = (int) pi * per_prompt;
         const std::string id = prompts[pi].value("id", std::to_string(pi));
-        const std::string text = apply_chat_template(model, prompts[pi].value("prompt", std::string()));
+        const std::string text = bkv_tools::apply_chat_template(model, prompts[pi].value("prompt", std::string()));
         const std::vector<llama_token> prompt = common_tokenize(vocab, text, true, true);
         if (prompt.empty()) {
             fprintf(stderr, "error: trace prompt '%s' is empty\n", id.c_str());

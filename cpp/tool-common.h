@@ -8,6 +8,8 @@
 #include "llama.h"
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace bkv_tools {
 
@@ -68,6 +70,22 @@ inline llama_context * make_context(llama_model * model, common_params params, c
         return nullptr;
     }
     return ctx;
+}
+
+// prompt wrapped in the model's chat template as one user turn (the prompt itself when it has none)
+inline std::string apply_chat_template(const llama_model * model, const std::string & prompt) {
+    const char * tmpl = llama_model_chat_template(model, nullptr);
+    if (!tmpl) {
+        return prompt;
+    }
+    llama_chat_message msg = {"user", prompt.c_str()};
+    std::vector<char> buf(prompt.size() * 2 + 512);
+    int32_t n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    if (n > (int32_t) buf.size()) {
+        buf.resize(n);
+        n = llama_chat_apply_template(tmpl, &msg, 1, true, buf.data(), (int32_t) buf.size());
+    }
+    return n < 0 ? prompt : std::string(buf.data(), n);
 }
 
 }  // namespace bkv_tools
