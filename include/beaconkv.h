@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 2
+#define BEACONKV_ABI_VERSION 3
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -93,7 +93,25 @@ typedef struct beaconkv_params {
     int32_t  prefix_max; /* [prefix_max] with prefix = prompt: at most this many of the prompt's first
                                       cells are protected; 0 = budget/4 (default). A value of at least
                                       min - window lifts the bound (the prefix is always capped there)  */
+    /* The archive: evicted cells' K and V rows kept in host memory and recalled into free cells
+     * when the queries need them again (policies beacon and recent; needs host->read_kv, write_kv
+     * and seq_place, else it stays off with one warning). */
+    int32_t  archive;    /* [archive] most archived cells per sequence (--kv-archive); 0 = off (default).
+                                      When full, the pages with the lowest scores are dropped for good */
+    int32_t  archive_type; /* [archive_type] beaconkv_archive_type (same, q8_0, q4_0); default same      */
+    int32_t  page;       /* [page]    consecutive positions per archive page (summary and recall
+                                      unit); default 16                                                 */
+    int32_t  recall_every; /* [recall_every] decode steps between cheap recall checks with the newest
+                                      query (page bounds only; a hit runs a swap pass); 0 = only at
+                                      compression passes and after multi-token batches; default 4      */
 } beaconkv_params;
+
+/* Element type of the archive (the cache's own K/V types are whatever the host uses). */
+typedef enum beaconkv_archive_type {
+    BEACONKV_ARCHIVE_SAME = 0, /* the cache's own row bytes: a recall restores them exactly */
+    BEACONKV_ARCHIVE_Q8_0 = 1, /* quantised to q8_0 on the way in (about 1/2 of f16)         */
+    BEACONKV_ARCHIVE_Q4_0 = 2  /* quantised to q4_0 on the way in (about 1/4 of f16)         */
+} beaconkv_archive_type;
 
 /* Description of one attention layer of the evictable cache, filled by the host. */
 typedef struct beaconkv_layer {
@@ -127,6 +145,10 @@ typedef struct beaconkv_layer {
 
     int32_t hadamard_n;  /* block size of the Hadamard rotation applied to stored K (0 = none) */
     uint64_t kv_bytes_per_cell; /* K+V bytes one cell costs in this layer (for statistics)   */
+
+    /* V cache, for the archive (read_kv / write_kv): element type and values per cell. */
+    int32_t v_type;      /* ggml_type value                                             */
+    int32_t v_dim;       /* n_head_kv * head_dim_v                                      */
 } beaconkv_layer;
 
 /* What BeaconKV needs from its host. Copied by value into the context; `user` must outlive it.
@@ -156,6 +178,22 @@ typedef struct beaconkv_host {
                          const uint32_t * rows, int32_t n, float * out);
     /* Log sink (level: 1 = info, 2 = warn, 3 = error). May be NULL. */
     void    (*log)(void * user, int32_t level, const char * msg);
+
+    /* The archive's three callbacks. Any may be NULL: params.archive then stays off (one warning).
+     * read_kv: copy the cache's own bytes of n cells of `stream` in layer `layer`: k_out gets n K
+     *   rows of row_size(k_type, n_head_kv*head_dim) bytes, v_out n V rows of row_size(v_type, v_dim)
+     *   bytes (a transposed V is gathered into rows). Returns n.
+     * write_kv: write n K and V rows into cells of `stream` in layer `layer`; format 0 = rows as
+     *   read_kv gives them, 1 = F32 rows (n_head_kv*head_dim and v_dim values) that the host
+     *   converts to the cache's types. Returns n.
+     * seq_place: give n free cells of seq's stream the positions pos[] for seq (all or nothing);
+     *   writes the cells to cells[] (caller-owned, n long). Returns n, < 0 when fewer than n cells
+     *   are free. The plugin writes every layer's rows with write_kv before its hook returns. */
+    int32_t (*read_kv)(void * user, int32_t layer, uint32_t stream, const uint32_t * cells, int32_t n,
+                       void * k_out, void * v_out);
+    int32_t (*write_kv)(void * user, int32_t layer, uint32_t stream, const uint32_t * cells, int32_t n,
+                        int32_t format, const void * k, const void * v);
+    int32_t (*seq_place)(void * user, int32_t seq, const int32_t * pos, int32_t n, uint32_t * cells);
 } beaconkv_host;
 
 /* The hooks below as one table of callbacks whose first argument is the context (ud), filled by
@@ -196,6 +234,11 @@ typedef struct beaconkv_stats {
     double   ms_evict;         /* time in host->seq_evict                                      */
     int32_t  disabled;         /* 1 if the configured policy does not run (= !beaconkv_is_enabled) */
     int32_t  fallback;         /* 1 if the context evicts by position only in its place        */
+    uint64_t archived;         /* evicted cells held in the archive now                        */
+    uint64_t recalled;         /* archived cells placed back into the cache                    */
+    uint64_t archive_dropped;  /* archived cells dropped for good (archive full)               */
+    uint64_t archive_bytes;    /* host memory the archive's rows and summaries take now        */
+    double   ms_recall;        /* time archiving, checking and recalling                       */
 } beaconkv_stats;
 
 /* Model description for KV memory accounting (the seed's calc_kv_cache_memory, generalised). */

@@ -77,6 +77,35 @@ impl Reduce {
     }
 }
 
+/// Element type of the archive of evicted cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArchiveType {
+    /// The cache's own row bytes: a recall restores them exactly.
+    Same = 0,
+    Q8_0 = 1,
+    Q4_0 = 2,
+}
+
+impl ArchiveType {
+    pub const ALL: [ArchiveType; 3] = [ArchiveType::Same, ArchiveType::Q8_0, ArchiveType::Q4_0];
+
+    pub fn from_id(id: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| *t as i32 == id)
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ArchiveType::Same => "same",
+            ArchiveType::Q8_0 => "q8_0",
+            ArchiveType::Q4_0 => "q4_0",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.name() == name)
+    }
+}
+
 /// Which leading cells are protected from eviction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Prefix {
@@ -109,6 +138,13 @@ pub struct Params {
     /// Score cells by attention probability (per-query log-softmax over the sequence's cells)
     /// instead of the raw logit q·k/√d of the method; see docs/engine.md for the measurements.
     pub score_prob: bool,
+    /// Most archived cells per sequence; 0 = no archive.
+    pub archive: usize,
+    pub archive_type: ArchiveType,
+    /// Consecutive positions per archive page.
+    pub page: usize,
+    /// Decode steps between recall checks with the newest query; 0 = none.
+    pub recall_every: usize,
 }
 
 impl Default for Params {
@@ -128,12 +164,16 @@ impl Default for Params {
             seed: 42,
             read_copy: false,
             score_prob: false,
+            archive: 0,
+            archive_type: ArchiveType::Same,
+            page: 16,
+            recall_every: 4,
         }
     }
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 14] = [
+pub const KEYS: [&str; 18] = [
     "policy",
     "budget",
     "min",
@@ -148,6 +188,10 @@ pub const KEYS: [&str; 14] = [
     "seed",
     "read",
     "score",
+    "archive",
+    "archive_type",
+    "page",
+    "recall_every",
 ];
 
 /// The command-line flag of the patched llama.cpp tools that sets `key`, for error messages
@@ -160,6 +204,7 @@ pub fn flag_for_key(key: &str) -> String {
         "recent" => "--kv-recent".into(),
         "window" => "--kv-window".into(),
         "prefix" => "--kv-prefix".into(),
+        "archive" => "--kv-archive".into(),
         other => format!("--kv-compress-spec {other}="),
     }
 }
@@ -272,6 +317,9 @@ impl Params {
             "prefix_max" => self.prefix_max,
             "span" => self.span,
             "qcap" => self.q_capacity,
+            "archive" => self.archive,
+            "page" => self.page,
+            "recall_every" => self.recall_every,
             _ => return Ok(()), // enumerations, the seed and the flags: any parsed value is valid
         };
         if value > max {
@@ -287,6 +335,10 @@ impl Params {
                 format!("{value} must be odd and >= 1 (1 = off)"),
             )),
             "qcap" if value < 1 => Err(ConfigError::new(key, "must be >= 1")),
+            "page" if !(1..=4096).contains(&value) => Err(ConfigError::new(
+                key,
+                format!("{value} is out of range; allowed range 1..=4096"),
+            )),
             _ => Ok(()),
         }
     }
@@ -311,6 +363,15 @@ impl Params {
                 ));
             }
             _ => {}
+        }
+        if self.archive > 0 && !self.policy.uses_queries() {
+            return Err(ConfigError::new(
+                "archive",
+                format!(
+                    "needs a policy that scores with queries (beacon, recent), not {}; 0 = off",
+                    self.policy.name()
+                ),
+            ));
         }
         let protected = self.window + self.numeric_prefix();
         if protected >= self.budget {
@@ -428,6 +489,20 @@ impl Params {
             "seed" => self.seed = uint(u64::MAX)?,
             "read" => self.read_copy = choice("read", value, ["auto", "copy"])?,
             "score" => self.score_prob = choice("score", value, ["logit", "prob"])?,
+            "archive" => self.archive = uint(I32_MAX)? as usize,
+            "archive_type" => {
+                self.archive_type = ArchiveType::from_name(value).ok_or_else(|| {
+                    ConfigError::new(
+                        key,
+                        format!(
+                            "'{value}' is not an archive type; allowed: {}",
+                            names(&ArchiveType::ALL, ArchiveType::name)
+                        ),
+                    )
+                })?
+            }
+            "page" => self.page = uint(I32_MAX)? as usize,
+            "recall_every" => self.recall_every = uint(I32_MAX)? as usize,
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -440,7 +515,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={},archive={},archive_type={},page={},recall_every={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -454,7 +529,11 @@ impl Params {
             self.q_capacity,
             self.seed,
             if self.read_copy { "copy" } else { "auto" },
-            if self.score_prob { "prob" } else { "logit" }
+            if self.score_prob { "prob" } else { "logit" },
+            self.archive,
+            self.archive_type.name(),
+            self.page,
+            self.recall_every
         )
     }
 }

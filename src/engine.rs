@@ -14,15 +14,19 @@
 //! allocates nothing once the context is warm (every buffer lives in [`Scratch`] or in the
 //! query stores and only grows); `tests/alloc_free.rs` checks this with a counting allocator.
 
+mod recall;
+
 use std::collections::BTreeMap;
 use std::time::Instant;
+
+use crate::archive::{Layout, SeqArchive};
 
 use crate::config::{Params, Policy, Prefix};
 use crate::host::{Host, LayerDesc, RawLayer, LOG_ERROR, LOG_WARN};
 use crate::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
-use crate::reduce::{reduce, span_pool, ReduceScratch};
-use crate::scorer::{self, PositionScorer, ScoreCtx, ScoreRows, Scorer};
-use crate::select::{select_evictions, SelectScratch};
+use crate::reduce::{reduce, ReduceScratch};
+use crate::scorer::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer};
+use crate::select::SelectScratch;
 use crate::state::{Reader, Writer};
 use crate::stats::SeqStats;
 
@@ -58,6 +62,10 @@ struct SeqState {
     prompt_len: usize,
     queries: SeqQueries,
     stats: SeqStats,
+    /// Evicted cells kept for recall (empty without an archive).
+    archive: SeqArchive,
+    /// Recall bookkeeping of the sequence.
+    recall: recall::SeqRecall,
 }
 
 /// How compression passes score cells now.
@@ -80,7 +88,6 @@ struct Scratch {
     scores: Vec<f32>,
     reduce: ReduceScratch,
     select: SelectScratch,
-    evict_idx: Vec<usize>,
     evict_cells: Vec<u32>,
     /// Query rows of one layer for a ubatch, when read through `Host::read_rows`.
     q_rows: Vec<f32>,
@@ -89,6 +96,8 @@ struct Scratch {
     queries: QueryScratch,
     /// Sequence ids of an `after_decode` sweep.
     ids: Vec<i32>,
+    /// Archive and recall buffers.
+    arch: recall::ArchScratch,
 }
 
 /// One compression context (one llama.cpp context).
@@ -118,6 +127,11 @@ pub struct Engine {
     /// (n_head, head_dim) of each scored layer, which the query stores are shaped by.
     layer_shapes: Vec<(usize, usize)>,
     scratch: Scratch,
+    /// Row formats of the archive; `None` while it is off (params, host or layers).
+    archive: Option<Layout>,
+    warned_archive: bool,
+    /// Decode calls seen (stamps archive pages).
+    step: u64,
 }
 
 impl Engine {
@@ -139,6 +153,9 @@ impl Engine {
             layers_final: false,
             layer_shapes: Vec::new(),
             scratch: Scratch::default(),
+            archive: None,
+            warned_archive: false,
+            step: 0,
         };
         engine.refresh_layers(host, false);
         engine
@@ -298,6 +315,7 @@ impl Engine {
                 s.queries = fresh.clone();
             }
         }
+        self.setup_archive(host, n);
     }
 
     /// The host records RoPE and Hadamard details when it builds (or reserves) its first graph,
@@ -318,6 +336,8 @@ impl Engine {
                 prompt_len: 0,
                 queries: self.new_queries(),
                 stats: SeqStats::new(),
+                archive: SeqArchive::default(),
+                recall: Default::default(),
             };
             self.seqs.insert(seq, state);
         }
@@ -407,6 +427,8 @@ impl Engine {
                 state.prompt_len = (state.stats.pos_max + 1).max(0) as usize;
             }
             state.verifying = state.phase == Phase::Decode && several_logits;
+            // a new user turn (several tokens, no drafts): check the archive once it is computed
+            state.recall.after_batch = state.phase == Phase::Decode && n > 1 && !several_logits;
             if self.scoring() != Scoring::Off {
                 let n = n.max(0) as usize;
                 let made_room = self.cell_count(host, seq).and_then(|count| {
@@ -525,8 +547,10 @@ impl Engine {
     }
 
     /// Hook: end of a decode call. Sequences above budget are compressed to `budget_min`;
-    /// every sequence's cell count is refreshed. The first error is returned.
+    /// with an archive, the others may run a swap pass (see `recall.rs`); every sequence's
+    /// cell count is refreshed. The first error is returned.
     pub fn after_decode(&mut self, host: &mut dyn Host) -> Result<(), EngineError> {
+        self.step += 1;
         let mut ids = std::mem::take(&mut self.scratch.ids);
         ids.clear();
         ids.extend(self.seqs.keys());
@@ -536,6 +560,8 @@ impl Engine {
             let counted = self.cell_count(host, seq).and_then(|count| {
                 if self.scoring() != Scoring::Off && count > self.params.budget && !verifying {
                     self.compress(host, seq, self.params.effective_min())
+                } else if !verifying && self.recall_due(host, seq) {
+                    self.compress_pass(host, seq, count, true)
                 } else {
                     Ok(count)
                 }
@@ -567,6 +593,20 @@ impl Engine {
         seq: i32,
         target: usize,
     ) -> Result<usize, EngineError> {
+        self.compress_pass(host, seq, target, false)
+    }
+
+    /// A compression pass; with an archive, archived pages whose bounds are best compete with
+    /// the cells for the `target` places (evicted cells are archived, winning archived cells
+    /// recalled). `swap`: a pass at the current size that only exchanges cells for archived
+    /// ones.
+    fn compress_pass(
+        &mut self,
+        host: &mut dyn Host,
+        seq: i32,
+        target: usize,
+        swap: bool,
+    ) -> Result<usize, EngineError> {
         let t0 = Instant::now();
         self.seq_entry(seq);
         let mut stream = 0u32;
@@ -585,66 +625,88 @@ impl Engine {
             sc.pos.resize(total + total / 4 + 16, 0);
             sc.cells.resize(total + total / 4 + 16, 0);
         };
-        if n <= target || n == 0 {
+        let archiving = self.archive.is_some() && self.scoring() == Scoring::Policy;
+        let has_archived = archiving && !self.seqs[&seq].archive.is_empty();
+        if n == 0 || (n <= target && !(swap && has_archived)) {
             return Ok(n);
         }
         let prefix = self.effective_prefix(seq, host);
         let mut result = Ok(());
+        let mut m = 0;
         if self.scoring() == Scoring::Policy {
             if self.params.policy.uses_queries() {
                 // K of the last decode call may still be in flight on an asynchronous backend.
                 host.synchronize();
             }
-            if let Err(e) = self.score_cells(host, seq, stream, n, false) {
+            if has_archived {
+                m = self.pick_candidates(seq, stream, n);
+            }
+            if let Err(e) = self.score_cells(host, seq, stream, n, m, false) {
                 self.enter_fallback(host, &format!("beaconkv: host callback failed: {}", e.0));
                 result = Err(EngineError::Host(e.0));
+                m = 0;
             }
         }
         if self.scoring() == Scoring::Positions {
-            self.score_cells(host, seq, stream, n, true)
+            self.score_cells(host, seq, stream, n, 0, true)
                 .expect("position scoring reads nothing from the host");
         }
-        let sc = &mut self.scratch;
-        select_evictions(
-            &sc.pos[..n],
-            &sc.scores[..n],
-            prefix,
-            self.params.window,
-            target,
-            &mut sc.select,
-            &mut sc.evict_idx,
-        );
-        sc.evict_cells.clear();
-        sc.evict_cells
-            .extend(sc.evict_idx.iter().map(|&i| sc.cells[i]));
+        let archiving = archiving && self.scoring() == Scoring::Policy;
+        self.select(seq, n, m, prefix, target, archiving);
         let t1 = Instant::now();
-        if !sc.evict_cells.is_empty() {
-            let rc = host.seq_evict(seq, &sc.evict_cells);
+        if archiving && !self.scratch.evict_cells.is_empty() {
+            if let Err(e) = self.archive_evicted(host, seq, stream) {
+                self.stop_archive(host, &e);
+            }
+        }
+        let t2 = Instant::now();
+        if !self.scratch.evict_cells.is_empty() {
+            let rc = host.seq_evict(seq, &self.scratch.evict_cells);
             if rc < 0 {
                 return Err(self.host_error(host, format!("seq_evict({seq}) returned {rc}")));
             }
         }
-        let t2 = Instant::now();
+        let t3 = Instant::now();
+        let recalled = if archiving && m > 0 {
+            match self.recall_selected(host, seq, stream) {
+                Ok(k) => k,
+                Err(e) => {
+                    self.stop_archive(host, &e);
+                    0
+                }
+            }
+        } else {
+            0
+        };
+        let t4 = Instant::now();
         let evicted = self.scratch.evict_cells.len();
         let bytes = self.kv_bytes_per_cell;
-        let st = &mut self.seq_entry(seq).stats;
+        let state = self.seq_entry(seq);
+        let st = &mut state.stats;
         st.evicted += evicted as u64;
         st.compress_events += 1;
         st.kv_bytes_saved += evicted as u64 * bytes;
-        st.cells_in_use = n - evicted;
+        st.cells_in_use = n - evicted + recalled;
+        st.recalled += recalled as u64;
+        st.archived = state.archive.n_cells() as u64;
+        st.archive_bytes = state.archive.bytes() as u64;
+        st.archive_dropped = state.archive.dropped;
         st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
-        st.ms_evict += (t2 - t1).as_secs_f64() * 1e3;
-        result.map(|()| n - evicted)
+        st.ms_recall += ((t2 - t1) + (t4 - t3)).as_secs_f64() * 1e3;
+        st.ms_evict += (t3 - t2).as_secs_f64() * 1e3;
+        result.map(|()| n - evicted + recalled)
     }
 
-    /// One score per listed cell (`scratch.pos/cells[..n]`) into `scratch.scores[..n]`, by the
-    /// policy's scorer or, with `by_position`, by the position-only fallback.
+    /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
+    /// (`m` of them, see `recall.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
+    /// or, with `by_position` (and `m == 0`), by the position-only fallback.
     fn score_cells(
         &mut self,
         host: &mut dyn Host,
         seq: i32,
         stream: u32,
         n: usize,
+        m: usize,
         by_position: bool,
     ) -> Result<(), scorer::ScoreError> {
         let Engine {
@@ -671,17 +733,25 @@ impl Engine {
             queries: &state.queries,
             seed: params.seed,
             prob: params.score_prob,
+            extra: (m > 0).then_some(ExtraKeys {
+                n: m,
+                k: &sc.arch.cand_k,
+            }),
         };
-        sc.rows.reset(n);
-        sc.scores.resize(n, 0.0);
+        sc.rows.reset(n + m);
+        sc.scores.resize(n + m, 0.0);
         if by_position {
             fallback.score(&ctx, host, &mut sc.rows)?;
             sc.scores[..n].copy_from_slice(sc.rows.row(0));
             return Ok(());
         }
         scorer.score(&ctx, host, &mut sc.rows)?;
-        reduce(&sc.rows, params.reduce, &mut sc.scores[..n], &mut sc.reduce);
-        span_pool(&mut sc.scores[..n], params.span, &mut sc.reduce);
+        reduce(
+            &sc.rows,
+            params.reduce,
+            &mut sc.scores[..n + m],
+            &mut sc.reduce,
+        );
         Ok(())
     }
 
@@ -699,8 +769,15 @@ impl Engine {
             }
             return;
         }
+        let layout = self.archive.as_ref();
         let trim = |state: &mut SeqState| {
             state.queries.remove_positions(lo, hi);
+            if let Some(layout) = layout {
+                state.archive.remove_range(layout, lo, hi);
+                state.stats.archived = state.archive.n_cells() as u64;
+                state.stats.archive_bytes = state.archive.bytes() as u64;
+            }
+            state.recall.held.retain(|&p| p < lo || p >= hi);
             if hi == i32::MAX {
                 state.stats.pos_max = state.stats.pos_max.min(lo - 1);
                 state.prompt_len = state.prompt_len.min(lo as usize);
@@ -735,6 +812,10 @@ impl Engine {
             if !whole {
                 state.queries.remove_positions(0, lo);
                 state.queries.remove_positions(hi, i32::MAX);
+                if let Some(layout) = &self.archive {
+                    state.archive.remove_range(layout, 0, lo);
+                    state.archive.remove_range(layout, hi, i32::MAX);
+                }
                 state.stats.pos_max = copied_max;
                 state.prompt_len = state.prompt_len.min(hi as usize);
             }
@@ -772,6 +853,11 @@ impl Engine {
         for l in &state.queries.layers {
             l.save(&mut w);
         }
+        // the archive, length-prefixed so that a context without one can skip it
+        let mut a = Writer::default();
+        state.archive.save(&mut a);
+        w.u64(a.buf.len() as u64);
+        w.buf.extend_from_slice(&a.buf);
         Some(w.buf)
     }
 
@@ -782,7 +868,7 @@ impl Engine {
             return Err("not a BeaconKV sequence state (bad magic)".into());
         }
         let version = r.u32()?;
-        if version != crate::state::VERSION {
+        if version != crate::state::VERSION && version != 1 {
             return Err(format!(
                 "state version {version} is not {}",
                 crate::state::VERSION
@@ -798,6 +884,8 @@ impl Engine {
             prompt_len: r.u64()? as usize,
             queries: self.new_queries(),
             stats: SeqStats::new(),
+            archive: SeqArchive::default(),
+            recall: Default::default(),
         };
         let st = &mut state.stats;
         st.cells_in_use = r.u64()? as usize;
@@ -820,6 +908,16 @@ impl Engine {
         }
         for l in &mut state.queries.layers {
             l.load(&mut r)?;
+        }
+        if version >= 2 {
+            let len = r.u64()? as usize;
+            let blob = r.take(len)?;
+            if let Some(layout) = &self.archive {
+                state.archive = SeqArchive::load(layout, &mut Reader::new(blob))?;
+                let st = &mut state.stats;
+                st.archived = state.archive.n_cells() as u64;
+                st.archive_bytes = state.archive.bytes() as u64;
+            }
         }
         r.finish()?;
         self.seqs.insert(seq, state);

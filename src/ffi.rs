@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::config::{flag_for_key, ConfigError, Params, Policy, Prefix, Reduce};
+use crate::config::{flag_for_key, ArchiveType, ConfigError, Params, Policy, Prefix, Reduce};
 use crate::engine::{Engine, EngineError};
 use crate::ggml_types::{self, GgmlType};
 use crate::host::{Host, RawLayer};
@@ -53,6 +53,10 @@ pub struct beaconkv_params {
     pub read_copy: i32,
     pub score: i32,
     pub prefix_max: i32,
+    pub archive: i32,
+    pub archive_type: i32,
+    pub page: i32,
+    pub recall_every: i32,
 }
 
 /// `beaconkv_layer`.
@@ -72,6 +76,30 @@ pub struct beaconkv_host {
     pub read_rows:
         Option<unsafe extern "C" fn(*mut c_void, i32, i32, u32, *const u32, i32, *mut f32) -> i32>,
     pub log: Option<unsafe extern "C" fn(*mut c_void, i32, *const c_char)>,
+    pub read_kv: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            i32,
+            u32,
+            *const u32,
+            i32,
+            *mut c_void,
+            *mut c_void,
+        ) -> i32,
+    >,
+    pub write_kv: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            i32,
+            u32,
+            *const u32,
+            i32,
+            i32,
+            *const c_void,
+            *const c_void,
+        ) -> i32,
+    >,
+    pub seq_place: Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, i32, *mut u32) -> i32>,
 }
 
 /// `beaconkv_stats`.
@@ -92,6 +120,11 @@ pub struct beaconkv_stats {
     pub ms_evict: f64,
     pub disabled: i32,
     pub fallback: i32,
+    pub archived: u64,
+    pub recalled: u64,
+    pub archive_dropped: u64,
+    pub archive_bytes: u64,
+    pub ms_recall: f64,
 }
 
 /// `beaconkv_model_desc`.
@@ -374,6 +407,66 @@ impl Host for CHost {
             unsafe { f(self.0.user, level, c.as_ptr()) }
         }
     }
+
+    fn has_archive(&self) -> bool {
+        self.0.read_kv.is_some() && self.0.write_kv.is_some() && self.0.seq_place.is_some()
+    }
+
+    fn read_kv(
+        &mut self,
+        layer: i32,
+        stream: u32,
+        cells: &[u32],
+        k: &mut [u8],
+        v: &mut [u8],
+    ) -> i32 {
+        self.0.read_kv.map_or(-1, |f| unsafe {
+            f(
+                self.0.user,
+                layer,
+                stream,
+                cells.as_ptr(),
+                clamp_len(cells.len()),
+                k.as_mut_ptr() as *mut c_void,
+                v.as_mut_ptr() as *mut c_void,
+            )
+        })
+    }
+
+    fn write_kv(
+        &mut self,
+        layer: i32,
+        stream: u32,
+        cells: &[u32],
+        format: i32,
+        k: &[u8],
+        v: &[u8],
+    ) -> i32 {
+        self.0.write_kv.map_or(-1, |f| unsafe {
+            f(
+                self.0.user,
+                layer,
+                stream,
+                cells.as_ptr(),
+                clamp_len(cells.len()),
+                format,
+                k.as_ptr() as *const c_void,
+                v.as_ptr() as *const c_void,
+            )
+        })
+    }
+
+    fn seq_place(&mut self, seq: i32, pos: &[i32], cells: &mut [u32]) -> i32 {
+        self.0.seq_place.map_or(-1, |f| unsafe {
+            f(
+                self.0.user,
+                seq,
+                pos.as_ptr(),
+                clamp_len(pos.len().min(cells.len())),
+                cells.as_mut_ptr(),
+            )
+        })
+    }
 }
 
 struct Inner {
@@ -473,6 +566,10 @@ pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
     read_copy: 0,
     score: 0,
     prefix_max: 0,
+    archive: 0,
+    archive_type: 0,
+    page: 16,
+    recall_every: 4,
 };
 
 impl beaconkv_params {
@@ -496,6 +593,10 @@ impl beaconkv_params {
             read_copy: p.read_copy as i32,
             score: p.score_prob as i32,
             prefix_max: p.prefix_max as i32,
+            archive: p.archive as i32,
+            archive_type: p.archive_type as i32,
+            page: p.page as i32,
+            recall_every: p.recall_every as i32,
         }
     }
 
@@ -552,6 +653,18 @@ impl beaconkv_params {
                 1 => true,
                 v => return Err(err("score", format!("{v} is not 0 (logit) or 1 (prob)"))),
             },
+            archive: uint("archive", self.archive)?,
+            archive_type: ArchiveType::from_id(self.archive_type).ok_or_else(|| {
+                err(
+                    "archive_type",
+                    format!(
+                        "{} is not an archive type id; allowed 0..=2",
+                        self.archive_type
+                    ),
+                )
+            })?,
+            page: uint("page", self.page)?,
+            recall_every: uint("recall_every", self.recall_every)?,
         };
         p.validate()?;
         Ok(p)
@@ -833,11 +946,16 @@ pub unsafe extern "C" fn beaconkv_context_free(ctx: *mut beaconkv_context) {
                 host.log(
                     1,
                     &format!(
-                        "kv compression summary: cells peak {} over all sequences, {} cells evicted in {} passes, plugin {:.1} ms{}",
+                        "kv compression summary: cells peak {} over all sequences, {} cells evicted in {} passes{}, plugin {:.1} ms{}",
                         t.cells_peak,
                         t.evicted,
                         t.compress_events,
-                        t.ms_capture + t.ms_score + t.ms_evict,
+                        if engine.params().archive > 0 {
+                            format!(", {} recalled from the archive ({} archived, {:.1} MiB)", t.recalled, t.archived, t.archive_bytes as f64 / 1048576.0)
+                        } else {
+                            String::new()
+                        },
+                        t.ms_capture + t.ms_score + t.ms_evict + t.ms_recall,
                         if engine.in_fallback() { " (position-only fallback after an error)" } else { "" }
                     ),
                 );
@@ -1173,6 +1291,11 @@ pub unsafe extern "C" fn beaconkv_get_stats(
             ms_evict: s.ms_evict,
             disabled: (!inner.engine.is_enabled()) as i32,
             fallback: inner.engine.in_fallback() as i32,
+            archived: s.archived,
+            recalled: s.recalled,
+            archive_dropped: s.archive_dropped,
+            archive_bytes: s.archive_bytes,
+            ms_recall: s.ms_recall,
         };
         Ok(BEACONKV_OK)
     })

@@ -33,6 +33,8 @@ pub struct RawLayer {
     pub freq_factors: *const f32,
     pub hadamard_n: i32,
     pub kv_bytes_per_cell: u64,
+    pub v_type: i32,
+    pub v_dim: i32,
 }
 
 impl Default for RawLayer {
@@ -62,6 +64,8 @@ impl Default for RawLayer {
             freq_factors: std::ptr::null(),
             hadamard_n: 0,
             kv_bytes_per_cell: 0,
+            v_type: -1,
+            v_dim: 0,
         }
     }
 }
@@ -94,6 +98,38 @@ pub trait Host {
         out: &mut [f32],
     ) -> i32;
     fn log(&mut self, level: i32, msg: &str);
+
+    /// Whether the archive's callbacks (`read_kv`, `write_kv`, `seq_place`) are available.
+    fn has_archive(&self) -> bool {
+        false
+    }
+    /// The cache's own bytes of `cells` in layer `layer`: K rows into `k`, V rows into `v`.
+    fn read_kv(
+        &mut self,
+        _layer: i32,
+        _stream: u32,
+        _cells: &[u32],
+        _k: &mut [u8],
+        _v: &mut [u8],
+    ) -> i32 {
+        -1
+    }
+    /// Write rows into `cells`; `format` 0: the cache's bytes, 1: F32 rows.
+    fn write_kv(
+        &mut self,
+        _layer: i32,
+        _stream: u32,
+        _cells: &[u32],
+        _format: i32,
+        _k: &[u8],
+        _v: &[u8],
+    ) -> i32 {
+        -1
+    }
+    /// Give `pos.len()` free cells the positions `pos` for `seq` (all or nothing).
+    fn seq_place(&mut self, _seq: i32, _pos: &[i32], _cells: &mut [u32]) -> i32 {
+        -1
+    }
 }
 
 /// A borrowed host pointer. The host guarantees it stays valid while its cache lives, and the
@@ -130,6 +166,9 @@ pub struct LayerDesc {
     /// `None`: no supported RoPE, queries are scored as captured.
     pub rope: Option<Rope>,
     pub hadamard_n: usize,
+    /// V element type (`None`: unknown, the layer cannot be archived) and values per cell.
+    pub v_type: Option<GgmlType>,
+    pub v_dim: usize,
 }
 
 impl LayerDesc {
@@ -219,6 +258,9 @@ impl LayerDesc {
             q_direct,
             rope,
             hadamard_n,
+            v_type: GgmlType::from_id(raw.v_type)
+                .filter(|t| raw.v_dim > 0 && (raw.v_dim as usize).is_multiple_of(t.block_size())),
+            v_dim: raw.v_dim.max(0) as usize,
         })
     }
 }

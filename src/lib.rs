@@ -3,6 +3,7 @@
 //! Pure-Rust core (no llama.cpp needed to test it) plus a C ABI (`include/beaconkv.h`) that a
 //! patched llama.cpp calls from its decode loop. See README.md and docs/.
 
+pub mod archive;
 pub mod config;
 pub mod engine;
 pub mod ffi;
@@ -12,6 +13,7 @@ pub mod hadamard;
 pub mod host;
 pub mod kread;
 pub mod memory;
+pub mod quant;
 pub mod queries;
 pub mod reduce;
 pub mod rope;

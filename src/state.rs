@@ -7,7 +7,7 @@
 //! error.
 
 pub const MAGIC: &[u8; 4] = b"BKVS";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// Appends values to a byte buffer.
 #[derive(Default)]
@@ -104,6 +104,23 @@ impl<'a> Reader<'a> {
             *o = i32::from_le_bytes(b.try_into().expect("4 bytes"));
         }
         Ok(())
+    }
+    /// A length-prefixed array of any length (bounded by the bytes left).
+    pub fn f32s(&mut self) -> ReadResult<Vec<f32>> {
+        let n = self.u64()? as usize;
+        let bytes = self.take(n.checked_mul(4).ok_or("array length overflows")?)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
+    }
+    pub fn i32s(&mut self) -> ReadResult<Vec<i32>> {
+        let n = self.u64()? as usize;
+        let bytes = self.take(n.checked_mul(4).ok_or("array length overflows")?)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes(b.try_into().expect("4 bytes")))
+            .collect())
     }
     pub fn finish(&self) -> ReadResult<()> {
         if self.at == self.data.len() {

@@ -14,6 +14,12 @@ pub struct SeqStats {
     pub ms_capture: f64,
     pub ms_score: f64,
     pub ms_evict: f64,
+    /// The archive: cells held now, recalled in total, dropped for good, bytes held now.
+    pub archived: u64,
+    pub recalled: u64,
+    pub archive_dropped: u64,
+    pub archive_bytes: u64,
+    pub ms_recall: f64,
 }
 
 impl Default for SeqStats {
@@ -31,6 +37,11 @@ impl Default for SeqStats {
             ms_capture: 0.0,
             ms_score: 0.0,
             ms_evict: 0.0,
+            archived: 0,
+            recalled: 0,
+            archive_dropped: 0,
+            archive_bytes: 0,
+            ms_recall: 0.0,
         }
     }
 }
@@ -54,6 +65,11 @@ impl SeqStats {
             t.ms_capture += s.ms_capture;
             t.ms_score += s.ms_score;
             t.ms_evict += s.ms_evict;
+            t.archived += s.archived;
+            t.recalled += s.recalled;
+            t.archive_dropped += s.archive_dropped;
+            t.archive_bytes += s.archive_bytes;
+            t.ms_recall += s.ms_recall;
             t
         })
     }

@@ -10,12 +10,12 @@
 //! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
 //! is then read and dequantised once and dotted against every query of its group.
 
-use super::{ScoreCtx, ScoreError, ScoreRows, Scorer};
+use super::{BoundQueries, PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
-use crate::simd::{dots, max_dot};
+use crate::simd::{dots, max_bound, max_dot};
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
@@ -51,6 +51,42 @@ impl Scorer for QueryScorer {
         rows: &mut ScoreRows,
     ) -> Result<(), ScoreError> {
         self.kernel.run(ctx, host, rows, self.source)
+    }
+
+    fn page_bounds(
+        &mut self,
+        ctx: &ScoreCtx,
+        which: BoundQueries,
+        n_pages: usize,
+        summary: &PageSummary,
+        out: &mut [f32],
+    ) -> bool {
+        let source: QuerySource = match which {
+            BoundQueries::Recent => positioned_queries,
+            BoundQueries::Newest => newest_query,
+        };
+        self.kernel.page_bounds(ctx, source, n_pages, summary, out);
+        true
+    }
+}
+
+/// The queries that carry a position (the ring, else the FPS buffer's recent slots).
+fn positioned_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
+    let (ring, ring_pos) = l.ring(h);
+    let (qs, pos) = if ring_pos.is_empty() {
+        l.recent(h)
+    } else {
+        (ring, ring_pos)
+    };
+    for (q, &p) in qs.chunks_exact(l.head_dim()).zip(pos) {
+        each(q, p);
+    }
+}
+
+/// The newest captured query, at its own position.
+fn newest_query(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
+    if let Some((q, p)) = l.newest(h) {
+        each(q, p);
     }
 }
 
@@ -127,7 +163,36 @@ impl AttentionKernel {
         per_head * layer.group_size()
     }
 
-    /// Append one row per (layer, kv head) to `rows`; layers without queries add none.
+    /// `out[p]` = max over layers, kv heads and `source` queries of the bound of page p.
+    pub fn page_bounds(
+        &mut self,
+        ctx: &ScoreCtx,
+        source: QuerySource,
+        n_pages: usize,
+        summary: &PageSummary,
+        out: &mut [f32],
+    ) {
+        out[..n_pages].fill(f32::NEG_INFINITY);
+        for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
+            let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            if per_group == 0 {
+                continue;
+            }
+            let d = layer.head_dim;
+            let group_len = per_group * d;
+            for (p, best) in out[..n_pages].iter_mut().enumerate() {
+                let (mn, mx) = summary(p, li);
+                for g in 0..layer.n_head_kv {
+                    let group = &self.queries[g * group_len..(g + 1) * group_len];
+                    let r = g * d..(g + 1) * d;
+                    *best = best.max(max_bound(group, &mn[r.clone()], &mx[r]));
+                }
+            }
+        }
+    }
+
+    /// Append one row per (layer, kv head) to `rows`; layers without queries add none. Each
+    /// row covers the cells, then the archived `ctx.extra` keys.
     pub fn run(
         &mut self,
         ctx: &ScoreCtx,
@@ -135,8 +200,10 @@ impl AttentionKernel {
         rows: &mut ScoreRows,
         source: QuerySource,
     ) -> Result<(), ScoreError> {
-        let n = ctx.cells.len();
-        for (layer, lq) in ctx.layers.iter().zip(&ctx.queries.layers) {
+        let n_cells = ctx.cells.len();
+        let n_extra = ctx.extra.map_or(0, |e| e.n);
+        let n = n_cells + n_extra;
+        for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
             let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
             if per_group == 0 {
                 continue;
@@ -145,7 +212,7 @@ impl AttentionKernel {
             let n_kv = layer.n_head_kv;
             let group_len = per_group * d;
             if !layer.k_direct {
-                self.k_rows.resize(n * n_kv * d, 0.0);
+                self.k_rows.resize(n_cells * n_kv * d, 0.0);
                 let rc =
                     host.read_rows(layer.host_index, 0, ctx.stream, ctx.cells, &mut self.k_rows);
                 if rc < 0 {
@@ -186,6 +253,22 @@ impl AttentionKernel {
                         dots(group, k, &mut self.logits[at..at + per_group]);
                     } else {
                         out[g * n + c] = max_dot(group, k);
+                    }
+                }
+            }
+            if let Some(extra) = ctx.extra {
+                let keys = &extra.k[li];
+                for c in 0..n_extra {
+                    for g in 0..n_kv {
+                        let k = &keys[(c * n_kv + g) * d..(c * n_kv + g + 1) * d];
+                        let group = &self.queries[g * group_len..(g + 1) * group_len];
+                        let col = n_cells + c;
+                        if ctx.prob {
+                            let at = (g * n + col) * per_group;
+                            dots(group, k, &mut self.logits[at..at + per_group]);
+                        } else {
+                            out[g * n + col] = max_dot(group, k);
+                        }
                     }
                 }
             }

@@ -30,7 +30,30 @@ pub struct ScoreCtx<'a> {
     pub seed: u64,
     /// Score by attention probability (per-query log-softmax over the cells) instead of logit.
     pub prob: bool,
+    /// Archived cells scored after the cache's (recall candidates); their columns follow the
+    /// cells' in every row.
+    pub extra: Option<ExtraKeys<'a>>,
 }
+
+/// Keys of archived cells: per scored layer, `n` rows of `n_head_kv * head_dim` values
+/// (dequantised, as the cache stores them: post-RoPE, Hadamard-rotated when it is).
+#[derive(Clone, Copy)]
+pub struct ExtraKeys<'a> {
+    pub n: usize,
+    pub k: &'a [Vec<f32>],
+}
+
+/// Which queries bound the archive's pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundQueries {
+    /// The policy's positioned queries (the recent ones): at compression passes.
+    Recent,
+    /// The newest query only: the per-step recall check.
+    Newest,
+}
+
+/// A page's key summary for scored layer `li`: element-wise (min, max) of its keys.
+pub type PageSummary<'s> = dyn Fn(usize, usize) -> (&'s [f32], &'s [f32]) + 's;
 
 /// Rows of scores, each `n_cols` (= cells) long, stored contiguously and reused between passes.
 #[derive(Debug, Default)]
@@ -85,6 +108,20 @@ pub trait Scorer: Send {
         host: &mut dyn Host,
         rows: &mut ScoreRows,
     ) -> Result<(), ScoreError>;
+
+    /// For each of `n_pages` archive pages, an upper bound of the logit any of `which` queries
+    /// gives any key of the page (max over layers and kv heads), from `summary(page, layer)`.
+    /// Returns false (nothing written) for a scorer that reads no queries.
+    fn page_bounds(
+        &mut self,
+        _ctx: &ScoreCtx,
+        _which: BoundQueries,
+        _n_pages: usize,
+        _summary: &PageSummary,
+        _out: &mut [f32],
+    ) -> bool {
+        false
+    }
 }
 
 /// The scorer of a policy.

@@ -22,6 +22,8 @@ pub struct FakeLayer {
     pub k: Vec<f16>,
     /// `[row][head * head_dim]`, f32.
     pub q: Vec<f32>,
+    /// `[cell][kv head * head_dim]`, f16 (only the archive callbacks read and write V).
+    pub v: Vec<f16>,
     /// Not host memory: K and queries only through `read_rows` (data pointers NULL).
     pub remote: bool,
 }
@@ -33,6 +35,8 @@ pub struct Failures {
     pub seq_evict: u32,
     pub read_rows: u32,
     pub get_layer: u32,
+    pub read_kv: u32,
+    pub write_kv: u32,
 }
 
 /// Counts down one failure; true when this call fails.
@@ -73,6 +77,11 @@ pub struct FakeHost {
     pub k_reads: usize,
     pub q_reads: usize,
     pub syncs: usize,
+    /// Offer the archive's callbacks (read_kv, write_kv, seq_place).
+    pub has_archive: bool,
+    /// Cells placed by `seq_place` and rows written by `write_kv`.
+    pub placed: usize,
+    pub kv_writes: usize,
     /// Listing buffer, reused.
     sorted: Vec<(i32, u32)>,
 }
@@ -114,8 +123,11 @@ impl FakeHost {
                     q_nb1: n_head * head_dim * 4,
                     q_on_host: true,
                     kv_bytes_per_cell: (2 * n_head_kv * head_dim * 2) as u64,
+                    v_type: 1,
+                    v_dim: (n_head_kv * head_dim) as i32,
                     ..RawLayer::default()
                 },
+                v: vec![f16::ZERO; n_cells * n_head_kv * head_dim],
                 k: vec![f16::ZERO; n_cells * n_head_kv * head_dim],
                 q: vec![0.0; q_rows * n_head * head_dim],
                 remote: false,
@@ -139,6 +151,9 @@ impl FakeHost {
             k_reads: 0,
             q_reads: 0,
             syncs: 0,
+            has_archive: true,
+            placed: 0,
+            kv_writes: 0,
             sorted: Vec::with_capacity(n_cells),
         }
     }
@@ -244,6 +259,9 @@ impl FakeHost {
             synchronize: Some(c_synchronize),
             read_rows: self.has_read_rows.then_some(c_read_rows as _),
             log: Some(c_log),
+            read_kv: self.has_archive.then_some(c_read_kv as _),
+            write_kv: self.has_archive.then_some(c_write_kv as _),
+            seq_place: self.has_archive.then_some(c_seq_place as _),
         }
     }
 }
@@ -382,6 +400,97 @@ impl Host for FakeHost {
     fn log(&mut self, _level: i32, msg: &str) {
         self.logs.push(msg.to_string());
     }
+
+    fn has_archive(&self) -> bool {
+        self.has_archive
+    }
+
+    fn read_kv(
+        &mut self,
+        layer: i32,
+        stream: u32,
+        cells: &[u32],
+        k: &mut [u8],
+        v: &mut [u8],
+    ) -> i32 {
+        if take(&mut self.fail.read_kv) {
+            self.failed = true;
+            return -1;
+        }
+        assert_eq!(stream, 0, "read_kv: the fake host has one stream");
+        let l = &self.layers[layer as usize];
+        let w = (l.raw.n_head_kv * l.raw.head_dim) as usize;
+        assert!(
+            k.len() >= cells.len() * w * 2 && v.len() >= cells.len() * w * 2,
+            "read_kv: short output"
+        );
+        for (i, &c) in cells.iter().enumerate() {
+            let c = c as usize;
+            for j in 0..w {
+                k[(i * w + j) * 2..(i * w + j + 1) * 2]
+                    .copy_from_slice(&l.k[c * w + j].to_bits().to_le_bytes());
+                v[(i * w + j) * 2..(i * w + j + 1) * 2]
+                    .copy_from_slice(&l.v[c * w + j].to_bits().to_le_bytes());
+            }
+        }
+        cells.len() as i32
+    }
+
+    fn write_kv(
+        &mut self,
+        layer: i32,
+        stream: u32,
+        cells: &[u32],
+        format: i32,
+        k: &[u8],
+        v: &[u8],
+    ) -> i32 {
+        if take(&mut self.fail.write_kv) {
+            self.failed = true;
+            return -1;
+        }
+        assert_eq!(stream, 0, "write_kv: the fake host has one stream");
+        let l = &mut self.layers[layer as usize];
+        let w = (l.raw.n_head_kv * l.raw.head_dim) as usize;
+        let size = if format == 0 { 2 } else { 4 };
+        assert!(
+            k.len() >= cells.len() * w * size && v.len() >= cells.len() * w * size,
+            "write_kv: short input"
+        );
+        let get = |b: &[u8], i: usize| -> f16 {
+            if format == 0 {
+                f16::from_bits(u16::from_le_bytes([b[i * 2], b[i * 2 + 1]]))
+            } else {
+                f16::from_f32(f32::from_le_bytes(b[i * 4..i * 4 + 4].try_into().unwrap()))
+            }
+        };
+        for (i, &c) in cells.iter().enumerate() {
+            let c = c as usize;
+            assert!(self.cell_seqs[c] != 0, "write_kv: cell {c} is not in use");
+            for j in 0..w {
+                l.k[c * w + j] = get(k, i * w + j);
+                l.v[c * w + j] = get(v, i * w + j);
+            }
+        }
+        self.kv_writes += 1;
+        cells.len() as i32
+    }
+
+    fn seq_place(&mut self, seq: i32, pos: &[i32], cells: &mut [u32]) -> i32 {
+        let free = self.cell_seqs.iter().filter(|&&m| m == 0).count();
+        if free < pos.len() {
+            return -1;
+        }
+        for (i, &p) in pos.iter().enumerate() {
+            assert!(
+                !self.positions(seq).contains(&p),
+                "seq_place: position {p} is already held by sequence {seq}"
+            );
+            cells[i] = self.place(seq, p) as u32;
+        }
+        self.placed += pos.len();
+        pos.len() as i32
+    }
 }
 
 // The C table: each callback forwards to the `Host` implementation above, checking the
@@ -483,4 +592,78 @@ unsafe extern "C" fn c_log(user: *mut c_void, level: i32, msg: *const c_char) {
     assert!((1..=3).contains(&level), "log level {level}");
     let msg = CStr::from_ptr(msg).to_string_lossy().into_owned();
     host_of(user).log(level, &msg)
+}
+
+unsafe extern "C" fn c_read_kv(
+    user: *mut c_void,
+    layer: i32,
+    stream: u32,
+    cells: *const u32,
+    n: i32,
+    k: *mut c_void,
+    v: *mut c_void,
+) -> i32 {
+    assert!(
+        !cells.is_null() && !k.is_null() && !v.is_null() && n > 0,
+        "read_kv: bad arguments"
+    );
+    let h = host_of(user);
+    let w =
+        (h.layers[layer as usize].raw.n_head_kv * h.layers[layer as usize].raw.head_dim) as usize;
+    let n = n as usize;
+    h.read_kv(
+        layer,
+        stream,
+        std::slice::from_raw_parts(cells, n),
+        std::slice::from_raw_parts_mut(k as *mut u8, n * w * 2),
+        std::slice::from_raw_parts_mut(v as *mut u8, n * w * 2),
+    )
+}
+
+unsafe extern "C" fn c_write_kv(
+    user: *mut c_void,
+    layer: i32,
+    stream: u32,
+    cells: *const u32,
+    n: i32,
+    format: i32,
+    k: *const c_void,
+    v: *const c_void,
+) -> i32 {
+    assert!(
+        !cells.is_null() && !k.is_null() && !v.is_null() && n > 0,
+        "write_kv: bad arguments"
+    );
+    assert!(format == 0 || format == 1, "write_kv: format {format}");
+    let h = host_of(user);
+    let w =
+        (h.layers[layer as usize].raw.n_head_kv * h.layers[layer as usize].raw.head_dim) as usize;
+    let (n, size) = (n as usize, if format == 0 { 2 } else { 4 });
+    h.write_kv(
+        layer,
+        stream,
+        std::slice::from_raw_parts(cells, n),
+        format,
+        std::slice::from_raw_parts(k as *const u8, n * w * size),
+        std::slice::from_raw_parts(v as *const u8, n * w * size),
+    )
+}
+
+unsafe extern "C" fn c_seq_place(
+    user: *mut c_void,
+    seq: i32,
+    pos: *const i32,
+    n: i32,
+    cells: *mut u32,
+) -> i32 {
+    assert!(
+        !pos.is_null() && !cells.is_null() && n > 0,
+        "seq_place: bad arguments"
+    );
+    let n = n as usize;
+    host_of(user).seq_place(
+        seq,
+        std::slice::from_raw_parts(pos, n),
+        std::slice::from_raw_parts_mut(cells, n),
+    )
 }

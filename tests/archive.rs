@@ -1,0 +1,249 @@
+//! The archive over the fake host: a passage that no query needs is evicted into the archive,
+//! and when the queries turn to it again it is placed back at its own positions with its own K
+//! and V rows, while the sequence never holds more than its budget. Without the archive it is
+//! gone for good; removed positions never come back; the archive rides in the sequence state.
+
+mod common;
+
+use beaconkv::config::Params;
+use beaconkv::engine::Engine;
+use common::{FakeHost, Lcg};
+use half::f16;
+
+const D: usize = 16;
+const BUDGET: usize = 64;
+/// Page 96 / 8 = 12 holds positions 96..104.
+const PLANTED: std::ops::Range<i32> = 96..104;
+
+fn spec(extra: &str) -> String {
+    format!("beacon,budget={BUDGET},min=48,window=8,prefix=4,beacons=4,recent=4,page=8{extra}")
+}
+
+fn v_of(pos: i32, j: usize) -> f32 {
+    (pos as f32) * 0.01 + j as f32 * 0.001
+}
+
+/// One decode step at `pos`: K planted along e0 for PLANTED positions (noise elsewhere, e0 = 0),
+/// V encodes the position; the query looks along e0 when `seek`, along e1 otherwise.
+fn step(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg, pos: i32, seek: bool) {
+    engine.before_batch(host, &[0], &[1], None).unwrap();
+    let cell = host.place(0, pos);
+    for l in &mut host.layers {
+        for i in 0..D {
+            let k = if PLANTED.contains(&pos) {
+                if i == 0 {
+                    4.0
+                } else {
+                    0.1 * rng.next()
+                }
+            } else if i == 0 {
+                0.0
+            } else {
+                0.3 * rng.next()
+            };
+            l.k[cell * D + i] = f16::from_f32(k);
+            l.v[cell * D + i] = f16::from_f32(v_of(pos, i));
+        }
+        for q_head in l.q[..2 * D].chunks_exact_mut(D) {
+            for (i, q) in q_head.iter_mut().enumerate() {
+                let axis = if seek { 0 } else { 1 };
+                *q = if i == axis {
+                    1.0
+                } else if i == 0 {
+                    0.0 // never along e0 unless seeking
+                } else {
+                    0.1 * rng.next()
+                };
+            }
+        }
+    }
+    engine.after_ubatch(host, &[pos], &[0], &[0]).unwrap();
+    engine.after_decode(host).unwrap();
+    assert!(
+        host.count(0) <= BUDGET,
+        "position {pos}: {} cells held, budget {BUDGET}",
+        host.count(0)
+    );
+}
+
+fn setup(spec: &str) -> (Engine, FakeHost, Lcg) {
+    let mut host = FakeHost::new(2, 2, 1, D, 256, 64);
+    let engine = Engine::new(Params::parse(spec).unwrap(), &mut host);
+    (engine, host, Lcg(7))
+}
+
+/// Phase A: 300 steps that never look along e0 (the passage is evicted).
+fn phase_a(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg) {
+    for p in 0..300 {
+        step(engine, host, rng, p, false);
+    }
+    let kept = host.positions(0);
+    assert!(
+        PLANTED.clone().all(|p| !kept.contains(&p)),
+        "the passage should have been evicted: {kept:?}"
+    );
+}
+
+/// Phase B: steps that look along e0; returns the step (from 0) at which the whole passage is
+/// back, if it comes back within `n` steps.
+fn phase_b(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg, n: i32) -> Option<i32> {
+    for i in 0..n {
+        step(engine, host, rng, 300 + i, true);
+        let kept = host.positions(0);
+        if PLANTED.clone().all(|p| kept.contains(&p)) {
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// The passage's cells hold exactly the K and V rows they had before eviction.
+fn assert_rows_restored(host: &FakeHost) {
+    for (c, &m) in host.cell_seqs.iter().enumerate() {
+        let pos = host.cell_pos[c];
+        if m & 1 == 0 || !PLANTED.contains(&pos) {
+            continue;
+        }
+        for l in &host.layers {
+            assert_eq!(l.k[c * D], f16::from_f32(4.0), "K of position {pos}");
+            for j in 0..D {
+                assert_eq!(
+                    l.v[c * D + j],
+                    f16::from_f32(v_of(pos, j)),
+                    "V of position {pos}, {j}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_returning_passage_is_recalled_within_a_few_steps() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=2"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    let st = engine.stats(0);
+    assert!(
+        st.archived >= PLANTED.len() as u64,
+        "archived {}",
+        st.archived
+    );
+    assert_eq!(st.archived + BUDGET as u64, st.archived + BUDGET as u64);
+    assert_eq!(
+        st.archived as usize + host.count(0),
+        300,
+        "every evicted cell is archived"
+    );
+    let back = phase_b(&mut engine, &mut host, &mut rng, 16).expect("the passage comes back");
+    assert!(back <= 4, "recalled after {back} steps");
+    assert_rows_restored(&host);
+    let st = engine.stats(0);
+    assert!(st.recalled >= PLANTED.len() as u64);
+    assert!(st.archive_bytes > 0);
+    // it stays: the next passes keep what the queries need
+    for i in 0..64 {
+        step(&mut engine, &mut host, &mut rng, 320 + i, true);
+    }
+    let kept = host.positions(0);
+    assert!(PLANTED.clone().all(|p| kept.contains(&p)), "{kept:?}");
+}
+
+#[test]
+fn without_the_archive_the_passage_is_gone() {
+    let (mut engine, mut host, mut rng) = setup(&spec(""));
+    phase_a(&mut engine, &mut host, &mut rng);
+    assert_eq!(phase_b(&mut engine, &mut host, &mut rng, 64), None);
+    assert_eq!(engine.stats(0).archived, 0);
+}
+
+#[test]
+fn recall_at_compression_passes_only() {
+    // recall_every=0: no per-step check; the next compression pass brings the passage back
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=0"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    let back = phase_b(&mut engine, &mut host, &mut rng, 40).expect("back at a pass");
+    assert!(back >= 1);
+    assert_rows_restored(&host);
+}
+
+#[test]
+fn quantised_archive_recalls_close_rows() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,archive_type=q4_0"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    phase_b(&mut engine, &mut host, &mut rng, 16).expect("the passage comes back");
+    for (c, &m) in host.cell_seqs.iter().enumerate() {
+        let pos = host.cell_pos[c];
+        if m & 1 != 0 && PLANTED.contains(&pos) {
+            let k0 = host.layers[0].k[c * D].to_f32();
+            assert!((k0 - 4.0).abs() < 0.3, "K of {pos}: {k0}");
+        }
+    }
+}
+
+#[test]
+fn archive_cap_bounds_the_archive() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=40"));
+    for p in 0..300 {
+        step(&mut engine, &mut host, &mut rng, p, false);
+        assert!(engine.stats(0).archived <= 40);
+    }
+    let st = engine.stats(0);
+    assert!(st.archive_dropped > 0);
+    assert_eq!(st.archived + st.archive_dropped + host.count(0) as u64, 300);
+}
+
+#[test]
+fn removed_positions_never_come_back() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    let before = engine.stats(0).archived;
+    host.remove(0, PLANTED.start, PLANTED.end);
+    engine.seq_removed(0, PLANTED.start, PLANTED.end);
+    assert_eq!(engine.stats(0).archived, before - PLANTED.len() as u64);
+    assert_eq!(phase_b(&mut engine, &mut host, &mut rng, 32), None);
+}
+
+#[test]
+fn the_archive_rides_in_the_sequence_state() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    let blob = engine.save_seq(0).unwrap();
+    let archived = engine.stats(0).archived;
+    let mut restored = Engine::new(Params::parse(&spec(",archive=1024")).unwrap(), &mut host);
+    restored.load_seq(0, &blob).unwrap();
+    assert_eq!(restored.stats(0).archived, archived);
+    phase_b(&mut restored, &mut host, &mut rng, 16).expect("recalled from the restored archive");
+    assert_rows_restored(&host);
+}
+
+#[test]
+fn a_host_without_archive_callbacks_runs_without_it() {
+    let mut host = FakeHost::new(2, 2, 1, D, 256, 64);
+    host.has_archive = false;
+    let mut engine = Engine::new(Params::parse(&spec(",archive=1024")).unwrap(), &mut host);
+    let mut rng = Lcg(7);
+    phase_a(&mut engine, &mut host, &mut rng);
+    assert_eq!(engine.stats(0).archived, 0);
+    assert_eq!(
+        host.logs
+            .iter()
+            .filter(|l| l.contains("archive off"))
+            .count(),
+        1,
+        "{:?}",
+        host.logs
+    );
+}
+
+#[test]
+fn a_failing_read_kv_turns_the_archive_off_and_eviction_goes_on() {
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024"));
+    host.fail.read_kv = u32::MAX;
+    phase_a(&mut engine, &mut host, &mut rng);
+    assert_eq!(engine.stats(0).archived, 0);
+    assert!(
+        host.logs.iter().any(|l| l.contains("archive off")),
+        "{:?}",
+        host.logs
+    );
+    assert!(engine.is_enabled(), "the policy itself keeps running");
+}
