@@ -71,6 +71,7 @@ struct run_summary {
     uint64_t kv_bytes_per_cell = 0;
     uint64_t evicted = 0;
     uint64_t compress_events = 0;
+    uint64_t archived = 0, recalled = 0, archive_bytes = 0; // the archive of evicted cells
     double prompt_ms = 0, decode_ms = 0, plugin_ms = 0;
 
     uint64_t kv_bytes_physical() const { return kv_bytes_per_cell * cells_physical; }
@@ -91,6 +92,10 @@ void print_summary(const run_summary & s) {
     fprintf(stderr, "cells             %d in use, %d peak, %u physical\n", s.cells_in_use, s.cells_peak, s.cells_physical);
     fprintf(stderr, "evicted           %llu cells in %llu compression events\n",
             (unsigned long long) s.evicted, (unsigned long long) s.compress_events);
+    if (s.archived + s.recalled > 0) {
+        fprintf(stderr, "archive           %llu cells held (%.2f MiB host memory), %llu recalled\n",
+                (unsigned long long) s.archived, s.archive_bytes / mib, (unsigned long long) s.recalled);
+    }
     fprintf(stderr, "KV memory         %.2f MiB physical vs %.2f MiB uncompressed (same length)\n",
             s.kv_bytes_physical() / mib, s.kv_bytes_uncompressed() / mib);
     fprintf(stderr, "speed             prompt %.1f tok/s, decode %.1f tok/s\n", s.prompt_tok_s(), s.decode_tok_s());
@@ -109,12 +114,14 @@ bool write_json(const std::string & path, const run_summary & s) {
             "{\n  \"policy\": \"%s\",\n  \"budget\": %d,\n  \"n_prompt\": %d,\n  \"n_generated\": %d,\n"
             "  \"cells_in_use\": %d,\n  \"cells_peak\": %d,\n  \"cells_physical\": %u,\n"
             "  \"kv_bytes_physical\": %llu,\n  \"kv_bytes_uncompressed\": %llu,\n  \"evicted\": %llu,\n"
-            "  \"compress_events\": %llu,\n  \"prompt_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
+            "  \"compress_events\": %llu,\n  \"archived\": %llu,\n  \"recalled\": %llu,\n  \"archive_bytes\": %llu,\n"
+            "  \"prompt_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
             "  \"plugin_ms\": %.3f,\n  \"spec\": \"%s\"\n}\n",
             s.policy.c_str(), s.budget, s.n_prompt, s.n_generated, s.cells_in_use, s.cells_peak, s.cells_physical,
             (unsigned long long) s.kv_bytes_physical(), (unsigned long long) s.kv_bytes_uncompressed(),
-            (unsigned long long) s.evicted, (unsigned long long) s.compress_events, s.prompt_tok_s(),
-            s.decode_tok_s(), s.plugin_ms, s.spec.c_str());
+            (unsigned long long) s.evicted, (unsigned long long) s.compress_events, (unsigned long long) s.archived,
+            (unsigned long long) s.recalled, (unsigned long long) s.archive_bytes, s.prompt_tok_s(), s.decode_tok_s(),
+            s.plugin_ms, s.spec.c_str());
     fclose(f);
     return true;
 }
@@ -137,7 +144,10 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
     if (beaconkv_get_stats(bctx, 0, &st) == BEACONKV_OK) {
         s.evicted = st.evicted;
         s.compress_events = st.compress_events;
-        s.plugin_ms = st.ms_capture + st.ms_score + st.ms_evict;
+        s.plugin_ms = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
+        s.archived = st.archived;
+        s.recalled = st.recalled;
+        s.archive_bytes = st.archive_bytes;
     }
 }
 

@@ -109,7 +109,7 @@ bool take_eval_args(int & argc, char ** argv, eval_args & a) {
 
 struct config {
     std::string name;    // as given, e.g. "beacon:256"
-    std::string policy;  // none = uncompressed
+    std::string policy;  // none = uncompressed; "beacon+archive", "beacon+archive_q8_0": with the archive
     int budget = 0;
     std::string spec;    // full spec for the plugin
 };
@@ -127,11 +127,25 @@ bool parse_configs(const std::string & list, std::vector<config> & out) {
                 fprintf(stderr, "error: --configs entry '%s' needs policy:budget\n", item.c_str());
                 return false;
             }
-            c.spec = "policy=" + c.policy + ",budget=" + std::to_string(c.budget);
-            bool has_window = false;
+            // "P+archive[_TYPE]": policy P with the archive (8 x budget cells unless archive= is given)
+            std::string policy = c.policy, archive_type;
+            const size_t plus = policy.find("+archive");
+            if (plus != std::string::npos) {
+                archive_type = policy.size() > plus + 8 && policy[plus + 8] == '_' ? policy.substr(plus + 9) : "same";
+                policy = policy.substr(0, plus);
+            }
+            c.spec = "policy=" + policy + ",budget=" + std::to_string(c.budget);
+            bool has_window = false, has_archive = false;
             for (size_t i = 1; i < parts.size(); i++) {
                 c.spec += "," + parts[i];
                 has_window |= parts[i].rfind("window=", 0) == 0;
+                has_archive |= parts[i].rfind("archive=", 0) == 0;
+            }
+            if (!archive_type.empty()) {
+                c.spec += ",archive_type=" + archive_type;
+                if (!has_archive) {
+                    c.spec += ",archive=" + std::to_string(8 * c.budget);
+                }
             }
             if (!has_window) {
                 // the default window (64) would not fit small budgets: a quarter of the budget at most
@@ -211,6 +225,7 @@ int argmax(const float * v, int n) {
 
 struct plugin_numbers {
     uint64_t evicted = 0, events = 0;
+    uint64_t recalled = 0, archived = 0, archive_bytes = 0;
     double ms = 0;
 };
 
@@ -221,7 +236,10 @@ plugin_numbers plugin_stats(llama_context * ctx) {
     if (b && beaconkv_get_stats(b, -1, &st) == BEACONKV_OK) {
         p.evicted = st.evicted;
         p.events = st.compress_events;
-        p.ms = st.ms_capture + st.ms_score + st.ms_evict;
+        p.ms = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
+        p.recalled = st.recalled;
+        p.archived = st.archived;
+        p.archive_bytes = st.archive_bytes;
     }
     return p;
 }
@@ -344,6 +362,8 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
            << ", \"ppl\": " << (a.n_ppl ? std::exp(a.nll / a.n_ppl) : 0) << ", \"ppl_ref\": " << ppl_ref
            << ", \"cells_peak\": " << runs[i]->cells_peak << ", \"evicted\": " << pn.evicted
            << ", \"compress_events\": " << pn.events << ", \"plugin_ms\": " << pn.ms
+           << ", \"recalled\": " << pn.recalled << ", \"archived\": " << pn.archived
+           << ", \"archive_bytes\": " << pn.archive_bytes
            << ", \"decode_ms\": " << runs[i]->decode_ms << "}";
     }
     js << "]}";
@@ -464,7 +484,8 @@ std::string run_speed(llama_model * model, const common_params & params, const s
                    << ", \"ms_per_token\": " << window_ms / window_n << ", \"cells\": " << cells
                    << ", \"cells_physical\": " << bkv_tools::physical_cells(r->ctx)
                    << ", \"kv_bytes_per_cell\": " << bkv_tools::bytes_per_cell(r->ctx, model, params)
-                   << ", \"plugin_ms\": " << pn.ms << ", \"decode_ms\": " << r->decode_ms << "}";
+                   << ", \"plugin_ms\": " << pn.ms << ", \"archived\": " << pn.archived
+                   << ", \"archive_bytes\": " << pn.archive_bytes << ", \"decode_ms\": " << r->decode_ms << "}";
                 first = false;
             }
         }
@@ -653,6 +674,7 @@ std::string run_task(llama_model * model, const common_params & params, const st
                                    {"cells_peak", r->cells_peak},
                                    {"evicted", pn.evicted},
                                    {"compress_events", pn.events},
+                                   {"recalled", pn.recalled},
                                    {"plugin_ms", pn.ms},
                                    {"prefill_ms", prefill_ms},
                                    {"answer_ms", r->decode_ms - q0}});

@@ -560,8 +560,8 @@ impl Engine {
             let counted = self.cell_count(host, seq).and_then(|count| {
                 if self.scoring() != Scoring::Off && count > self.params.budget && !verifying {
                     self.compress(host, seq, self.params.effective_min())
-                } else if !verifying && self.recall_due(host, seq) {
-                    self.compress_pass(host, seq, count, true)
+                } else if !verifying {
+                    self.recall_step(host, seq, count)
                 } else {
                     Ok(count)
                 }

@@ -68,6 +68,9 @@ fn compressed_generation_reports_stable_keys() {
         "kv_bytes_uncompressed",
         "evicted",
         "compress_events",
+        "archived",
+        "recalled",
+        "archive_bytes",
         "prompt_tok_s",
         "decode_tok_s",
         "plugin_ms",
@@ -117,6 +120,10 @@ fn spec_flag_sets_every_key() {
         "read=copy",
         "qcap=16",
         "seed=7",
+        "archive=512",
+        "archive_type=q8_0",
+        "page=8",
+        "recall_every=2",
     ];
     let spec = keys.join(",");
     let s = stats(&["-n", "200", "--kv-compress-spec", &spec], &[]);
@@ -140,6 +147,16 @@ fn bad_flag_values_stop_startup_naming_the_flag() {
         (&["--kv-budget", "abc"], "--kv-budget"),
         (&["--kv-beacons", "-1"], "--kv-beacons"),
         (&["--kv-prefix", "first"], "--kv-prefix"),
+        (&["--kv-archive", "-1"], "--kv-archive"),
+        // the archive needs a policy that scores with queries
+        (
+            &["--kv-compress", "streaming", "--kv-archive", "64"],
+            "--kv-archive",
+        ),
+        (
+            &["--kv-compress-spec", "archive=64,archive_type=q2"],
+            "archive_type",
+        ),
         (
             &["--kv-compress-spec", "policy=beacon,nosuchkey=1"],
             "nosuchkey",

@@ -121,3 +121,33 @@ fn copy_path_for_non_host_buffers_matches_the_direct_path() {
     let out = e2e(&tiny_model(), "copy_path", &[]);
     assert!(out.contains("identical decisions"), "{out}");
 }
+
+/// The archive's host callbacks move K and V rows between cells exactly, with flash attention on
+/// and off (transposed V) and with quantised caches (Hadamard-rotated K).
+#[test]
+fn archive_rows_move_between_cells_exactly() {
+    let cases: &[&[&str]] = &[
+        &["-fa", "off"],
+        &["-fa", "on"],
+        &["-fa", "off", "-ctk", "bf16"],
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"],
+        &["-fa", "off", "-ctk", "q8_0"],
+        &["-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0"],
+    ];
+    for flags in cases {
+        let out = e2e(&tiny_model(), "archive_swap_in", flags);
+        assert!(out.contains("ok archive_swap_in"), "{flags:?}: {out}");
+    }
+}
+
+/// A long generation with the archive: cells bounded, every token accounted for.
+#[test]
+fn archive_generation_stays_bounded() {
+    for flags in [
+        &["-fa", "off"][..],
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
+    ] {
+        let out = e2e(&tiny_model(), "archive_run", flags);
+        assert!(out.contains("ok archive_run"), "{flags:?}: {out}");
+    }
+}

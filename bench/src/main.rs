@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-const DEFAULT_POLICIES: [&str; 4] = ["beacon", "recent", "streaming", "random"];
+const DEFAULT_POLICIES: [&str; 5] = ["beacon", "beacon+archive", "recent", "streaming", "random"];
 const DEFAULT_TEXT: &str = "/usr/share/common-licenses/GPL-3";
 /// Decode rate of SmolLM2-135M on 2 cores, for the time estimate.
 const EST_DECODE_TOK_S: f64 = 70.0;
@@ -172,7 +172,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
         if p.is_empty()
             || !p
                 .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
         {
             return Err(format!("--policies: invalid policy name '{p}'"));
         }
@@ -264,7 +264,23 @@ pub fn mode_configs(mode: Mode, s: &Settings) -> String {
         }
         Mode::Speed => {
             let b = s.speed_budget;
-            format!("none,beacon:{b}{},none:{b}", s.extra)
+            let x = &s.extra;
+            // the archive's element types side by side: its memory against context length
+            let archives = s
+                .policies
+                .iter()
+                .filter(|p| p.contains("+archive"))
+                .flat_map(|p| {
+                    // a plain "+archive" brings the quantised element types along
+                    let types: &[&str] = if p.ends_with("+archive") {
+                        &["", "_q8_0", "_q4_0"]
+                    } else {
+                        &[""]
+                    };
+                    types.iter().map(move |t| format!(",{p}{t}:{b}{x}"))
+                })
+                .collect::<String>();
+            format!("none,beacon:{b}{x}{archives},none:{b}")
         }
     }
 }

@@ -333,6 +333,29 @@ pub fn plot_all(runs: &[ModeRun], dir: &Path) -> Result<Vec<PathBuf>, String> {
                 legend: SeriesLabelPosition::UpperLeft,
             })?;
             written.push(path);
+            let archived: Vec<&SpeedRow> = rows
+                .iter()
+                .filter(|r| r.policy.contains("+archive"))
+                .collect();
+            if !archived.is_empty() {
+                let path = dir.join("archive_bytes_vs_context.png");
+                draw_chart(&Chart {
+                    path: &path,
+                    title: "Archive of evicted cells (host memory) vs context",
+                    x_desc: "context (tokens)",
+                    y_desc: "archive (MiB)",
+                    x_log2: false,
+                    y_min: Some(0.0),
+                    y_max: None,
+                    series: group(
+                        archived
+                            .iter()
+                            .map(|r| (speed_label(r), r.context as f64, r.archive_mib())),
+                    ),
+                    legend: SeriesLabelPosition::UpperLeft,
+                })?;
+                written.push(path);
+            }
         }
     }
     Ok(written)

@@ -108,9 +108,17 @@ pub struct SpeedRow {
     pub plugin_ms: f64,
     #[serde(deserialize_with = "num")]
     pub decode_ms: f64,
+    /// Host memory of the archive of evicted cells (configs with `+archive`), bytes.
+    #[serde(default)]
+    pub archive_bytes: f64,
 }
 
 impl SpeedRow {
+    /// The archive's host memory at this point, MiB.
+    pub fn archive_mib(&self) -> f64 {
+        self.archive_bytes / (1024.0 * 1024.0)
+    }
+
     /// KV cache memory allocated at this point, MiB.
     pub fn kv_mib(&self) -> f64 {
         self.cells_physical * self.kv_bytes_per_cell / (1024.0 * 1024.0)
@@ -350,6 +358,7 @@ pub fn speed_table(rows: &[SpeedRow]) -> String {
         "ms/token",
         "tok/s",
         "KV MiB",
+        "archive MiB",
         "plugin share",
     ]
     .iter()
@@ -369,6 +378,7 @@ pub fn speed_table(rows: &[SpeedRow]) -> String {
             fmt_num(r.ms_per_token, 2),
             fmt_num(tps, 1),
             fmt_num(r.kv_mib(), 2),
+            fmt_num(r.archive_mib(), 2),
             if share.is_finite() {
                 format!("{:.1}%", share * 100.0)
             } else {
@@ -685,14 +695,20 @@ mod tests {
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
-            "| context | config | ms/token | tok/s | KV MiB | plugin share |"
+            "| context | config | ms/token | tok/s | KV MiB | archive MiB | plugin share |"
         );
-        assert_eq!(lines[2], "| 128 | none | 2.50 | 400.0 | 1.03 | 0.0% |");
+        assert_eq!(
+            lines[2],
+            "| 128 | none | 2.50 | 400.0 | 1.03 | 0.00 | 0.0% |"
+        );
         assert_eq!(
             lines[3],
-            "| 128 | beacon:64 | 2.00 | 500.0 | 0.32 | 12.5% |"
+            "| 128 | beacon:64 | 2.00 | 500.0 | 0.32 | 0.00 | 12.5% |"
         );
-        assert_eq!(lines[4], "| 256 | none | 4.00 | 250.0 | 4096.00 | 0.0% |");
+        assert_eq!(
+            lines[4],
+            "| 256 | none | 4.00 | 250.0 | 4096.00 | 0.00 | 0.0% |"
+        );
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //
 //   test_e2e MODEL.gguf TEST [common llama.cpp flags, e.g. -ctk q8_0 -fa on]
 //
-// TEST: detached_vs_none | budget_covers_all | bounded_cells | query_capture | iswa_global_only
+// TEST: detached_vs_none | budget_covers_all | bounded_cells | query_capture | iswa_global_only |
+//       archive_swap_in | archive_run | ...
 // Exit 0 = pass; failures print what differed. Driven by tests/e2e.rs (cargo test --features e2e).
 
 #include "arg.h"
@@ -638,6 +639,148 @@ bool test_copy_path(env & e) {
 
 }  // namespace
 
+// 11. The archive's host callbacks (read_kv, seq_place, write_kv): K and V rows of positions 16..48
+//     are read out of their cells, the cells are evicted, the positions are placed again in cells
+//     that never held them and the rows written there, as the cache's own bytes (format 0) or as F32
+//     rows the host converts (format 1). The next token's logits equal those of a context that never
+//     evicted (up to float summation order); without the writes they differ.
+bool test_archive_swap_in(env & e) {
+    const int n_prompt = 96;
+    auto prompt = prompt_tokens(e, n_prompt);
+    const llama_token next = prompt[7];
+    std::vector<float> ref;
+    const char * names[] = {"reference", "rows as bytes", "rows as f32", "rows not written"};
+    for (int mode = 0; mode < 4; mode++) {
+        ctx_ptr ctx = make_ctx(e, "policy=none", 512);
+        CHECK(ctx, "context creation failed");
+        CHECK(decode(ctx.get(), prompt.data(), n_prompt), "prompt decode failed");
+        if (mode > 0) {
+            cell_list l = list_cells(ctx.get(), 0);
+            std::vector<uint32_t> cells;
+            std::vector<llama_pos> pos;
+            for (size_t i = 0; i < l.pos.size(); i++) {
+                if (l.pos[i] >= 16 && l.pos[i] < 48) {
+                    cells.push_back(l.cell[i]);
+                    pos.push_back(l.pos[i]);
+                }
+            }
+            const int32_t n = (int32_t) cells.size();
+            CHECK(n == 32, "expected 32 cells, found %d", n);
+            const int32_t nl = llama_kv_plugin_n_layers(ctx.get());
+            std::vector<std::vector<uint8_t>> K(nl), V(nl);
+            std::vector<llama_kv_plugin_layer> L(nl);
+            for (int32_t li = 0; li < nl; li++) {
+                CHECK(llama_kv_plugin_get_layer(ctx.get(), li, &L[li]) == 0, "get_layer %d", li);
+                K[li].resize(ggml_row_size((ggml_type) L[li].k_type, L[li].n_head_kv * L[li].head_dim) * n);
+                V[li].resize(ggml_row_size((ggml_type) L[li].v_type, L[li].v_dim) * n);
+                CHECK(llama_kv_plugin_read_kv(ctx.get(), li, 0, cells.data(), n, K[li].data(), V[li].data()) == n,
+                      "read_kv layer %d", li);
+            }
+            CHECK(llama_kv_plugin_seq_evict(ctx.get(), 0, cells.data(), n) == n, "evict");
+            CHECK(list_cells(ctx.get(), 0).pos.size() == (size_t) n_prompt - n, "cells not freed");
+            // the freed cells are taken by placeholder positions first, so the real ones land in cells that
+            // never held their rows (reverse order: position pos[n-1-j] goes to the j-th placed cell)
+            std::vector<llama_pos> dummy(n);
+            std::vector<uint32_t> dummy_cells(n);
+            for (int j = 0; j < n; j++) {
+                dummy[j] = 10000 + j;
+            }
+            CHECK(llama_kv_plugin_seq_place(ctx.get(), 0, dummy.data(), n, dummy_cells.data()) == n, "placeholders");
+            std::vector<llama_pos> rpos(pos.rbegin(), pos.rend());
+            std::vector<uint32_t> placed(n);
+            CHECK(llama_kv_plugin_seq_place(ctx.get(), 0, rpos.data(), n, placed.data()) == n, "seq_place");
+            CHECK(llama_memory_seq_rm(llama_get_memory(ctx.get()), 0, 10000, -1), "placeholders not removed");
+            for (int j = 0; j < n; j++) {
+                CHECK(std::find(cells.begin(), cells.end(), placed[j]) == cells.end(), "cell %u reused", placed[j]);
+            }
+            for (int32_t li = 0; mode < 3 && li < nl; li++) {
+                const size_t kr = K[li].size() / n, vr = V[li].size() / n;
+                const int64_t kd = (int64_t) L[li].n_head_kv * L[li].head_dim, vd = L[li].v_dim;
+                std::vector<uint8_t> k(K[li].size()), v(V[li].size());
+                std::vector<float> kf(kd * n), vf(vd * n);
+                for (int j = 0; j < n; j++) { // row of rpos[j] = row n-1-j of what was read
+                    memcpy(k.data() + j * kr, K[li].data() + (n - 1 - j) * kr, kr);
+                    memcpy(v.data() + j * vr, V[li].data() + (n - 1 - j) * vr, vr);
+                }
+                if (mode == 1) {
+                    CHECK(llama_kv_plugin_write_kv(ctx.get(), li, 0, placed.data(), n, 0, k.data(), v.data()) == n,
+                          "write_kv layer %d", li);
+                    continue;
+                }
+                const auto to_f32 = [](ggml_type t, const uint8_t * src, float * dst, int64_t ne) {
+                    if (t == GGML_TYPE_F32) {
+                        memcpy(dst, src, ne * sizeof(float));
+                    } else {
+                        ggml_get_type_traits(t)->to_float(src, dst, ne);
+                    }
+                };
+                for (int j = 0; j < n; j++) {
+                    to_f32((ggml_type) L[li].k_type, k.data() + j * kr, kf.data() + j * kd, kd);
+                    to_f32((ggml_type) L[li].v_type, v.data() + j * vr, vf.data() + j * vd, vd);
+                }
+                CHECK(llama_kv_plugin_write_kv(ctx.get(), li, 0, placed.data(), n, 1, kf.data(), vf.data()) == n,
+                      "write_kv (f32) layer %d", li);
+            }
+        }
+        CHECK(decode(ctx.get(), &next, 1), "decode of the next token failed");
+        const float * lg = llama_get_logits_ith(ctx.get(), -1);
+        if (mode == 0) {
+            ref.assign(lg, lg + e.n_vocab);
+            continue;
+        }
+        double diff = 0, scale = 0;
+        for (int i = 0; i < e.n_vocab; i++) {
+            diff = std::max(diff, (double) std::fabs(lg[i] - ref[i]));
+            scale = std::max(scale, (double) std::fabs(ref[i]));
+        }
+        const bool same_top = argmax(lg, e.n_vocab) == argmax(ref.data(), e.n_vocab);
+        printf("archive_swap_in %s: max |logit diff| %.3g (logits up to %.3g), same top-1 %d\n", names[mode], diff,
+               scale, (int) same_top);
+        if (mode < 3) {
+            CHECK(diff <= 2e-3 * std::max(1.0, scale) && same_top, "%s: logits differ by %g", names[mode], diff);
+        } else {
+            CHECK(diff > 1e-2 * std::max(1.0, scale), "%s: logits should differ (diff %g)", names[mode], diff);
+        }
+    }
+    return true;
+}
+
+// 12. A long generation with the archive on: cells stay within the budget, every token is in the
+//     cache, evicted or archived, recalled positions come back at their own positions, no position
+//     is held twice.
+bool test_archive_run(env & e) {
+    const int budget = 64;
+    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=256,page=8,recall_every=1";
+    auto prompt = prompt_tokens(e, 24);
+    ctx_ptr ctx = make_ctx(e, spec, 8192);
+    CHECK(ctx, "context creation failed");
+    int32_t max_cells = 0;
+    gen_result g;
+    bool ok = generate(e, ctx.get(), prompt, 8 * budget, g, [&](int) {
+        cell_list l = list_cells(ctx.get(), 0);
+        max_cells = std::max<int32_t>(max_cells, (int32_t) l.pos.size());
+        std::set<llama_pos> uniq(l.pos.begin(), l.pos.end());
+        return uniq.size() == l.pos.size() && (int32_t) l.pos.size() <= budget;
+    });
+    CHECK(ok, "decode failed, a position held twice, or cells exceeded the budget (max seen %d)", max_cells);
+    beaconkv_stats st{};
+    beaconkv_get_stats(common_kv_compress_get(ctx.get()), 0, &st);
+    cell_list l = list_cells(ctx.get(), 0);
+    const uint64_t total = prompt.size() + g.tokens.size();
+    // every cell evicted went to the archive (or was dropped from it when full); recalled ones came back
+    CHECK(st.evicted + l.pos.size() == total + st.recalled, "evicted %llu + in use %zu != tokens %llu + recalled %llu",
+          (unsigned long long) st.evicted, l.pos.size(), (unsigned long long) total, (unsigned long long) st.recalled);
+    CHECK(st.archived + st.archive_dropped + l.pos.size() == total, "archived %llu + dropped %llu + in use %zu != %llu",
+          (unsigned long long) st.archived, (unsigned long long) st.archive_dropped, l.pos.size(),
+          (unsigned long long) total);
+    CHECK(st.archived > 0 && st.archived <= 256 && st.archive_bytes > 0, "archive holds %llu cells",
+          (unsigned long long) st.archived);
+    printf("archive_run: max cells %d, evicted %llu, recalled %llu, archived %llu (%.1f KiB), dropped %llu\n", max_cells,
+           (unsigned long long) st.evicted, (unsigned long long) st.recalled, (unsigned long long) st.archived,
+           st.archive_bytes / 1024.0, (unsigned long long) st.archive_dropped);
+    return true;
+}
+
 int main(int argc, char ** argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
@@ -690,6 +833,10 @@ int main(int argc, char ** argv) {
         ok = test_load(e);
     } else if (test == "long_prompt") {
         ok = test_long_prompt(e);
+    } else if (test == "archive_swap_in") {
+        ok = test_archive_swap_in(e);
+    } else if (test == "archive_run") {
+        ok = test_archive_run(e);
     } else if (test == "iswa_global_only") {
         ok = test_iswa_global_only(e);
     } else {

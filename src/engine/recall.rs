@@ -9,36 +9,28 @@
 //! one pass are kept by the next (no thrashing), and a page is not checked again for a few
 //! steps after it was evicted or checked.
 
-use super::{Engine, Phase, Scoring};
+use std::time::Instant;
+
+use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
-use crate::scorer::{BoundQueries, ScoreCtx};
+use crate::scorer::{BoundQueries, ExtraKeys, ScoreCtx};
 use crate::select::select_evictions;
 
 /// Per-sequence recall state.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct SeqRecall {
-    /// Weakest raw score (max logit) among the middle cells the last pass kept: a page whose
-    /// bound beats it under the newest query is worth a swap pass. +inf until a pass ran.
-    pub threshold: f32,
+    /// The middle cells the last pass kept, weakest first: (raw score = max logit, position).
+    /// A page whose keys beat the weakest under the newest query is recalled in their place.
+    /// Empty until a pass ran (or after a restore).
+    pub victims: Vec<(f32, i32)>,
     /// Decode steps since the last recall check.
     pub since_check: usize,
     /// The last batch brought several tokens in the decode phase (a new user turn).
     pub after_batch: bool,
     /// Positions recalled by the last pass: the next pass keeps them.
     pub held: Vec<i32>,
-}
-
-impl Default for SeqRecall {
-    fn default() -> Self {
-        SeqRecall {
-            threshold: f32::INFINITY,
-            since_check: 0,
-            after_batch: false,
-            held: Vec::new(),
-        }
-    }
 }
 
 /// Buffers of archive work, reused between passes.
@@ -67,10 +59,10 @@ pub struct ArchScratch {
     archive: ArchiveScratch,
 }
 
-/// Steps after which a page that was evicted or checked is checked again.
-fn recheck_after(page: usize, recall_every: usize) -> u64 {
-    (page.max(recall_every) * 2) as u64
-}
+const TARGETED: BoundQueries = BoundQueries::Recent;
+const TARGET_PAGES: usize = 4;
+/// Pages after a recalled page that come with it.
+const READ_AHEAD: i32 = 1;
 
 impl Engine {
     /// Turn the archive on when the params ask for it, the host has its callbacks and every
@@ -181,32 +173,18 @@ impl Engine {
         sc.page_ids
             .sort_unstable_by(|&a, &b| bounds[b as usize].total_cmp(&bounds[a as usize]));
         let limit = (params.budget / 4).max(layout.page);
-        sc.cand_pos.clear();
-        sc.cand_page.clear();
+        let mut n_cand = 0;
+        let mut chosen = Vec::new();
         for &p in &sc.page_ids {
             let (id, page) = pages[p as usize];
-            if sc.cand_pos.len() + page.pos.len() > limit && !sc.cand_pos.is_empty() {
+            if n_cand + page.pos.len() > limit && n_cand > 0 {
                 break;
             }
-            sc.cand_pos.extend_from_slice(&page.pos);
-            sc.cand_page.extend(std::iter::repeat_n(id, page.pos.len()));
+            n_cand += page.pos.len();
+            chosen.push(id);
         }
+        load_candidates(layout, &state.archive, &chosen, sc);
         let m = sc.cand_pos.len();
-        sc.cand_k.resize(layout.layers.len(), Vec::new());
-        for (li, l) in layout.layers.iter().enumerate() {
-            let keys = &mut sc.cand_k[li];
-            keys.resize(m * l.k_dim, 0.0);
-            let mut c = 0;
-            while c < m {
-                let id = sc.cand_page[c];
-                let page = state.archive.page(id).expect("listed above");
-                for idx in 0..page.pos.len() {
-                    let row = &mut keys[(c + idx) * l.k_dim..(c + idx + 1) * l.k_dim];
-                    state.archive.k_f32(layout, id, idx, li, row);
-                }
-                c += page.pos.len();
-            }
-        }
         drop(pages);
         for &id in &sc.cand_page {
             if let Some(page) = state.archive.page_mut(id) {
@@ -298,8 +276,8 @@ impl Engine {
         if !archiving {
             return;
         }
-        // threshold for the per-step check: weakest raw max logit of the kept middle
-        state.recall.threshold = f32::INFINITY;
+        // victims for the per-step recall: the kept middle with its raw max logit
+        state.recall.victims.clear();
         if !params.score_prob && sc.rows.n_rows() > 0 && sc.rows.n_cols() == total {
             a.raw_max.clear();
             a.raw_max.extend_from_slice(sc.rows.row(0));
@@ -310,17 +288,21 @@ impl Engine {
             }
             let end = total.saturating_sub(params.window.max(1));
             let mut e = 0;
-            let mut t = f32::INFINITY;
-            for ci in 0..end {
+            for ci in prefix.min(end)..end {
                 while e < a.evict_comb.len() && a.evict_comb[e] < ci {
                     e += 1;
                 }
-                let evicted = e < a.evict_comb.len() && a.evict_comb[e] == ci;
-                if ci >= prefix && !evicted {
-                    t = t.min(a.raw_max[a.order[ci]]);
+                if e >= a.evict_comb.len() || a.evict_comb[e] != ci {
+                    state
+                        .recall
+                        .victims
+                        .push((a.raw_max[a.order[ci]], a.comb_pos[ci]));
                 }
             }
-            state.recall.threshold = t;
+            state
+                .recall
+                .victims
+                .sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
         }
         state.recall.held.clear();
         state.recall.held.extend(a.recall.iter().map(|&(_, p)| p));
@@ -436,46 +418,69 @@ impl Engine {
         Ok(k)
     }
 
-    /// Whether `seq` should run a swap pass now: after a multi-token batch in the decode phase,
-    /// or every `recall_every` steps when an archived page's bound under the newest query beats
-    /// the weakest kept cell.
-    pub(super) fn recall_due(&mut self, _host: &mut dyn Host, seq: i32) -> bool {
+    /// Between compression passes (no pass ran this step): a swap pass after a multi-token
+    /// batch in the decode phase, and every `recall_every` steps a targeted recall. Returns the
+    /// cells the sequence holds afterwards.
+    pub(super) fn recall_step(
+        &mut self,
+        host: &mut dyn Host,
+        seq: i32,
+        count: usize,
+    ) -> Result<usize, EngineError> {
         if self.archive.is_none() || self.scoring() != Scoring::Policy {
-            return false;
+            return Ok(count);
         }
         let every = self.params.recall_every;
+        let prob = self.params.score_prob;
         let Some(state) = self.seqs.get_mut(&seq) else {
-            return false;
+            return Ok(count);
         };
-        if state.archive.is_empty() || state.phase != Phase::Decode {
-            return false;
+        if state.archive.is_empty() || state.phase != Phase::Decode || state.verifying {
+            return Ok(count);
         }
         if std::mem::take(&mut state.recall.after_batch) {
-            return true;
+            return self.compress_pass(host, seq, count, true);
         }
-        if every == 0 || self.params.score_prob {
-            return false;
+        if every == 0 || prob {
+            return Ok(count);
         }
         state.recall.since_check += 1;
         if state.recall.since_check < every {
-            return false;
+            return Ok(count);
         }
         state.recall.since_check = 0;
-        if state.recall.threshold == f32::INFINITY {
-            // no pass has set it since a restore: one swap pass does
-            return true;
+        if state.recall.victims.is_empty() {
+            // no pass has ranked the cells since a restore: one swap pass does
+            return self.compress_pass(host, seq, count, true);
         }
-        let t0 = std::time::Instant::now();
-        let hit = self.newest_query_hits(seq);
-        if let Some(state) = self.seqs.get_mut(&seq) {
-            state.stats.ms_recall += t0.elapsed().as_secs_f64() * 1e3;
+        let t0 = Instant::now();
+        let recalled = self.targeted_recall(host, seq);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let state = self.seq_entry(seq);
+        state.stats.ms_recall += ms;
+        match recalled {
+            Ok(0) => Ok(count),
+            Ok(k) => {
+                let st = &mut state.stats;
+                st.recalled += k as u64;
+                st.evicted += k as u64;
+                st.archived = state.archive.n_cells() as u64;
+                st.archive_bytes = state.archive.bytes() as u64;
+                st.archive_dropped = state.archive.dropped;
+                self.cell_count(host, seq)
+            }
+            Err(e) => {
+                self.stop_archive(host, &e);
+                self.cell_count(host, seq)
+            }
         }
-        hit
     }
 
-    /// Some archived page not checked lately has a bound under the newest query above the
-    /// threshold.
-    fn newest_query_hits(&mut self, seq: i32) -> bool {
+    /// The per-step recall: archived pages (not checked lately) whose bound under the newest
+    /// query beats the weakest kept cell are checked with exact logits; a page that wins takes
+    /// the places of the weakest kept cells (which are archived), with the page after it when
+    /// that one is archived too (text is re-read in order). Returns the cells recalled.
+    fn targeted_recall(&mut self, host: &mut dyn Host, seq: i32) -> Result<usize, String> {
         let Engine {
             scratch,
             scorer,
@@ -486,23 +491,25 @@ impl Engine {
             step,
             ..
         } = self;
-        let (Some(layout), Some(state)) = (archive.as_ref(), seqs.get(&seq)) else {
-            return false;
+        let (Some(layout), Some(state)) = (archive.as_ref(), seqs.get_mut(&seq)) else {
+            return Ok(0);
         };
-        let wait = recheck_after(layout.page, params.recall_every);
-        let pages: Vec<&Page> = state
+        let threshold = state.recall.victims[0].0;
+        let wait = layout.page as u64;
+        let sc = &mut scratch.arch;
+        // 1. bounds under the newest query
+        let pages: Vec<(i32, &Page)> = state
             .archive
             .pages()
-            .map(|(_, p)| p)
-            .filter(|p| p.checked_at + wait <= *step)
+            .filter(|(_, p)| p.checked_at + wait <= *step)
+            .map(|(&id, p)| (id, p))
             .collect();
         if pages.is_empty() {
-            return false;
+            return Ok(0);
         }
-        let sc = &mut scratch.arch;
         sc.bounds.resize(pages.len(), 0.0);
         let m_pos = state.stats.pos_max + 1;
-        let ctx = ScoreCtx {
+        let mut ctx = ScoreCtx {
             seq,
             stream: 0,
             cells: &[],
@@ -511,20 +518,161 @@ impl Engine {
             layers,
             queries: &state.queries,
             seed: params.seed,
-            prob: params.score_prob,
+            prob: false,
             extra: None,
         };
-        let summary = |p: usize, li: usize| pages[p].summary(layout, li);
-        if !scorer.page_bounds(
-            &ctx,
-            BoundQueries::Newest,
-            pages.len(),
-            &summary,
-            &mut sc.bounds,
-        ) {
-            return false;
+        let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
+        if !scorer.page_bounds(&ctx, TARGETED, pages.len(), &summary, &mut sc.bounds) {
+            return Ok(0);
         }
-        let t = state.recall.threshold;
-        sc.bounds.iter().any(|&b| b > t)
+        sc.page_ids.clear();
+        sc.page_ids.extend(
+            (0..pages.len())
+                .filter(|&p| sc.bounds[p] > threshold)
+                .map(|p| pages[p].0),
+        );
+        if sc.page_ids.is_empty() {
+            return Ok(0);
+        }
+        let bounds = &sc.bounds;
+        let by_id = |id: i32| {
+            pages
+                .iter()
+                .position(|p| p.0 == id)
+                .map_or(f32::MIN, |i| bounds[i])
+        };
+        sc.page_ids.sort_by(|&a, &b| by_id(b).total_cmp(&by_id(a)));
+        sc.page_ids.truncate(TARGET_PAGES);
+        drop(pages);
+        // 2. exact logits of the best pages' keys
+        let best_ids = std::mem::take(&mut sc.page_ids);
+        load_candidates(layout, &state.archive, &best_ids, sc);
+        sc.page_ids = best_ids;
+        let m = sc.cand_pos.len();
+        ctx.extra = Some(ExtraKeys {
+            n: m,
+            k: &sc.cand_k,
+        });
+        sc.raw_max.resize(m, 0.0);
+        scorer.extra_max(&ctx, TARGETED, &mut sc.raw_max);
+        let mut winners: Vec<(i32, f32)> = Vec::new();
+        for &id in &sc.page_ids {
+            let best = (0..m)
+                .filter(|&c| sc.cand_page[c] == id)
+                .fold(f32::NEG_INFINITY, |b, c| b.max(sc.raw_max[c]));
+            if best > threshold {
+                winners.push((id, best));
+            } else if let Some(p) = state.archive.page_mut(id) {
+                p.checked_at = *step; // not needed now: not checked again for a page's length
+            }
+        }
+        if winners.is_empty() {
+            return Ok(0);
+        }
+        // the pages after a winner come too (text is re-read in order)
+        let mut ids: Vec<(i32, f32)> = winners.clone();
+        for &(id, score) in &winners {
+            for next in id + 1..=id + READ_AHEAD {
+                if state.archive.page(next).is_some() && !ids.iter().any(|w| w.0 == next) {
+                    ids.push((next, score));
+                }
+            }
+        }
+        ids.sort_by_key(|w| w.0);
+        sc.recall.clear();
+        for &(id, _) in &ids {
+            let page = state.archive.page(id).expect("archived");
+            sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
+        }
+        // 3. the weakest kept cells of the last pass make room (still held, not recalled since)
+        let mut stream = 0u32;
+        let n = host.seq_cells(seq, &mut scratch.pos, &mut scratch.cells, &mut stream);
+        if n < 0 || n as usize > scratch.cells.len() {
+            return Ok(0); // listing failed or grew past the buffers: the next pass recalls
+        }
+        let n = n as usize;
+        let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
+        let score_of = |id: i32| ids.iter().find(|w| w.0 == id).map_or(f32::MIN, |w| w.1);
+        scratch.evict_cells.clear();
+        sc.ev_pos.clear();
+        sc.ev_scores.clear();
+        let mut taken = Vec::new();
+        for (vi, &(score, p)) in state.recall.victims.iter().enumerate() {
+            let want = sc.recall.get(sc.ev_pos.len());
+            if want.is_none_or(|w| score >= score_of(w.0)) {
+                break;
+            }
+            if state.recall.held.binary_search(&p).is_ok() {
+                continue;
+            }
+            if let Ok(i) = pos.binary_search(&p) {
+                scratch.evict_cells.push(cells[i]);
+                sc.ev_pos.push(p);
+                sc.ev_scores.push(score);
+            }
+            taken.push(vi);
+        }
+        for vi in taken.into_iter().rev() {
+            state.recall.victims.remove(vi);
+        }
+        sc.recall.truncate(sc.ev_pos.len());
+        if sc.recall.is_empty() {
+            return Ok(0);
+        }
+        let recalled: Vec<(f32, i32)> =
+            sc.recall.iter().map(|&(id, p)| (score_of(id), p)).collect();
+        // 4. archive and evict those cells, place the pages
+        self.archive_evicted(host, seq, stream)?;
+        let rc = host.seq_evict(seq, &self.scratch.evict_cells);
+        if rc < 0 {
+            return Err(format!("seq_evict({seq}) returned {rc}"));
+        }
+        let k = self.recall_selected(host, seq, stream)?;
+        // the recalled cells are kept cells now (held through the next pass)
+        let state = self.seqs.get_mut(&seq).expect("checked above");
+        if k > 0 {
+            state.recall.held.extend(recalled.iter().map(|r| r.1));
+            state.recall.held.sort_unstable();
+            state.recall.victims.extend(recalled);
+            state
+                .recall
+                .victims
+                .sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+        }
+        Ok(k)
+    }
+}
+
+/// Fill the candidates (positions, pages, dequantised keys per layer) with every archived
+/// position of pages `ids`.
+fn load_candidates(
+    layout: &Layout,
+    archive: &crate::archive::SeqArchive,
+    ids: &[i32],
+    sc: &mut ArchScratch,
+) {
+    sc.cand_pos.clear();
+    sc.cand_page.clear();
+    for &id in ids {
+        if let Some(page) = archive.page(id) {
+            sc.cand_pos.extend_from_slice(&page.pos);
+            sc.cand_page.extend(std::iter::repeat_n(id, page.pos.len()));
+        }
+    }
+    let m = sc.cand_pos.len();
+    sc.cand_k.resize(layout.layers.len(), Vec::new());
+    for (li, l) in layout.layers.iter().enumerate() {
+        let keys = &mut sc.cand_k[li];
+        keys.resize(m * l.k_dim, 0.0);
+        let mut c = 0;
+        while c < m {
+            let id = sc.cand_page[c];
+            let page = archive.page(id).expect("listed above");
+            for idx in 0..page.pos.len() {
+                let row = &mut keys[(c + idx) * l.k_dim..(c + idx + 1) * l.k_dim];
+                archive.k_f32(layout, id, idx, li, row);
+            }
+            c += page.pos.len();
+        }
     }
 }

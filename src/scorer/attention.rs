@@ -68,9 +68,23 @@ impl Scorer for QueryScorer {
         self.kernel.page_bounds(ctx, source, n_pages, summary, out);
         true
     }
+
+    fn extra_max(&mut self, ctx: &ScoreCtx, which: BoundQueries, out: &mut [f32]) -> bool {
+        let source: QuerySource = match which {
+            BoundQueries::Recent => positioned_queries,
+            BoundQueries::Newest => newest_query,
+        };
+        self.kernel.extra_max(ctx, source, out);
+        true
+    }
 }
 
-/// The queries that carry a position (the ring, else the FPS buffer's recent slots).
+/// Positioned queries the archive's recall reads: the newest few, so that a check costs little
+/// whatever `recent` is.
+pub const RECALL_QUERIES: usize = 4;
+
+/// The `RECALL_QUERIES` newest queries that carry a position (the ring, else the FPS buffer's
+/// recent slots), each at its own position.
 fn positioned_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
     let (ring, ring_pos) = l.ring(h);
     let (qs, pos) = if ring_pos.is_empty() {
@@ -78,8 +92,18 @@ fn positioned_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn Fn
     } else {
         (ring, ring_pos)
     };
-    for (q, &p) in qs.chunks_exact(l.head_dim()).zip(pos) {
-        each(q, p);
+    // the k largest positions (n <= recent, k small: a selection pass per pick is enough)
+    let mut last = i32::MAX;
+    for _ in 0..RECALL_QUERIES.min(pos.len()) {
+        let Some(i) = (0..pos.len())
+            .filter(|&i| pos[i] < last)
+            .max_by_key(|&i| pos[i])
+        else {
+            break;
+        };
+        last = pos[i];
+        let d = l.head_dim();
+        each(&qs[i * d..(i + 1) * d], pos[i]);
     }
 }
 
@@ -186,6 +210,27 @@ impl AttentionKernel {
                     let group = &self.queries[g * group_len..(g + 1) * group_len];
                     let r = g * d..(g + 1) * d;
                     *best = best.max(max_bound(group, &mn[r.clone()], &mx[r]));
+                }
+            }
+        }
+    }
+
+    /// `out[c]` = max over layers, kv heads and `source` queries of the logit of archived key c.
+    pub fn extra_max(&mut self, ctx: &ScoreCtx, source: QuerySource, out: &mut [f32]) {
+        let Some(extra) = ctx.extra else { return };
+        out[..extra.n].fill(f32::NEG_INFINITY);
+        for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
+            let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            if per_group == 0 {
+                continue;
+            }
+            let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
+            let group_len = per_group * d;
+            for (c, best) in out[..extra.n].iter_mut().enumerate() {
+                for g in 0..n_kv {
+                    let k = &extra.k[li][(c * n_kv + g) * d..(c * n_kv + g + 1) * d];
+                    let group = &self.queries[g * group_len..(g + 1) * group_len];
+                    *best = best.max(max_dot(group, k));
                 }
             }
         }

@@ -122,6 +122,12 @@ pub trait Scorer: Send {
     ) -> bool {
         false
     }
+
+    /// For each key of `ctx.extra`, the largest logit any of `which` queries gives it (max over
+    /// layers and kv heads). Returns false (nothing written) for a scorer that reads no queries.
+    fn extra_max(&mut self, _ctx: &ScoreCtx, _which: BoundQueries, _out: &mut [f32]) -> bool {
+        false
+    }
 }
 
 /// The scorer of a policy.

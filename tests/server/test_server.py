@@ -269,3 +269,41 @@ def test_refused_layout_runs_with_the_full_cache(server):
     assert "kv_cells" not in res["timings"]
     status, props = s.get("/props")
     assert status == 200 and props["kv_compress"] is None
+
+
+# ---- the archive of evicted cells --------------------------------------------------------------
+
+
+def test_archive_is_reported_and_restored_with_the_slot(server, tiny, tmp_path):
+    archive = ["--kv-archive", "256", "--kv-compress-spec", "page=8,recall_every=1"]
+    s = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path), *KV, *archive)
+    res = s.complete(words(100), 4 * BUDGET)
+    assert res["tokens_predicted"] == 4 * BUDGET
+    assert 0 < kv_of(res)["kv_cells"] <= BUDGET
+    kv = s.slot(0)["kv_compress"]
+    assert kv["cells_peak"] <= BUDGET
+    assert 0 < kv["archived"] <= 256 and kv["archive_bytes"] > 0, kv
+    # every cell that left the cache is in the archive (or was dropped when it was full)
+    m = s.metrics()
+    assert m["kv_archive_bytes"] == kv["archive_bytes"]
+    assert m["kv_recalled_total"] == kv["recalled"]
+    status, props = s.get("/props")
+    assert "archive=256" in props["kv_compress"]["spec"]
+    # the archive rides in the slot's saved state
+    status, res = s.post("/slots/0?action=save", {"filename": "a.bin"})
+    assert status == 200, res
+    s.post("/slots/0?action=erase", {})
+    assert s.slot(0)["kv_compress"]["archived"] == 0
+    status, res = s.post("/slots/0?action=restore", {"filename": "a.bin"})
+    assert status == 200, res
+    assert s.slot(0)["kv_compress"]["archived"] == kv["archived"]
+
+
+def test_archive_with_a_streaming_policy_stops_startup(tiny):
+    out = subprocess.run(
+        [str(tool("llama-server")), "-m", str(tiny), "--kv-compress", "streaming", "--kv-archive", "64",
+         "--port", "0"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode != 0
+    assert "--kv-archive" in out.stderr, out.stderr[-2000:]
