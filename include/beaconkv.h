@@ -104,6 +104,10 @@ typedef struct beaconkv_params {
     int32_t  recall_every; /* [recall_every] decode steps between cheap recall checks with the newest
                                       query (page bounds only; a hit runs a swap pass); 0 = only at
                                       compression passes and after multi-token batches; default 4      */
+    float    recall_margin; /* [recall_margin] logits by which an archived page must beat the weakest kept
+                                      cell at a recall check (0..1000, two decimals); default 3. Lower
+                                      recalls more (a returning passage comes back sooner), higher
+                                      disturbs ordinary text less                                       */
 } beaconkv_params;
 
 /* Element type of the archive (the cache's own K/V types are whatever the host uses). */

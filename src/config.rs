@@ -145,6 +145,9 @@ pub struct Params {
     pub page: usize,
     /// Decode steps between recall checks with the newest query; 0 = none.
     pub recall_every: usize,
+    /// Logits by which an archived page must beat the weakest kept cell at a recall check, in
+    /// hundredths (spec value 3 = 300).
+    pub recall_margin_centi: usize,
 }
 
 impl Default for Params {
@@ -168,12 +171,13 @@ impl Default for Params {
             archive_type: ArchiveType::Same,
             page: 16,
             recall_every: 4,
+            recall_margin_centi: 300,
         }
     }
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "policy",
     "budget",
     "min",
@@ -192,6 +196,7 @@ pub const KEYS: [&str; 18] = [
     "archive_type",
     "page",
     "recall_every",
+    "recall_margin",
 ];
 
 /// The command-line flag of the patched llama.cpp tools that sets `key`, for error messages
@@ -276,7 +281,40 @@ fn parse_uint(key: &str, value: &str, max: u64) -> Result<u64, ConfigError> {
     }
 }
 
+/// A non-negative decimal with at most two decimals ("3", "2.5", "0.25"), in hundredths.
+fn parse_centi(key: &str, value: &str) -> Result<usize, ConfigError> {
+    let bad = || {
+        ConfigError::new(
+            key,
+            format!("'{value}' is not a number >= 0 with at most two decimals (e.g. 3 or 2.5); allowed range 0..=1000"),
+        )
+    };
+    let (int, frac) = value.split_once('.').unwrap_or((value, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !digits(int) || !digits(frac) || frac.len() > 2 || int.len() > 4 {
+        return Err(bad());
+    }
+    let whole: usize = int.parse().map_err(|_| bad())?;
+    let cents: usize = format!("{frac:0<2}").parse().map_err(|_| bad())?;
+    let v = whole * 100 + cents;
+    if v > 100_000 {
+        return Err(bad());
+    }
+    Ok(v)
+}
+
+/// The canonical form of a value in hundredths ("3", "2.5", "0.25").
+pub fn format_centi(v: usize) -> String {
+    let s = format!("{}.{:02}", v / 100, v % 100);
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 impl Params {
+    /// The recall margin in logits.
+    pub fn recall_margin(&self) -> f32 {
+        self.recall_margin_centi as f32 / 100.0
+    }
+
     /// Cells left after a compression pass.
     pub fn effective_min(&self) -> usize {
         if self.budget_min == 0 {
@@ -503,6 +541,7 @@ impl Params {
             }
             "page" => self.page = uint(I32_MAX)? as usize,
             "recall_every" => self.recall_every = uint(I32_MAX)? as usize,
+            "recall_margin" => self.recall_margin_centi = parse_centi(key, value)?,
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -515,7 +554,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={},archive={},archive_type={},page={},recall_every={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={},archive={},archive_type={},page={},recall_every={},recall_margin={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -533,7 +572,8 @@ impl Params {
             self.archive,
             self.archive_type.name(),
             self.page,
-            self.recall_every
+            self.recall_every,
+            format_centi(self.recall_margin_centi)
         )
     }
 }
@@ -585,6 +625,30 @@ fn spec_items(spec: &str) -> impl Iterator<Item = Result<(&'static str, &str), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn recall_margin_takes_two_decimals() {
+        let p = Params::parse("archive=64,recall_margin=2.5").unwrap();
+        assert_eq!(p.recall_margin_centi, 250);
+        assert!(p.to_spec().contains("recall_margin=2.5"));
+        assert_eq!(Params::parse(&p.to_spec()).unwrap(), p);
+        assert_eq!(format_centi(300), "3");
+        assert_eq!(format_centi(25), "0.25");
+        for bad in ["-1", "1.234", "x", "", "1e3", "20000"] {
+            let e = Params::parse(&format!("recall_margin={bad}")).unwrap_err();
+            assert_eq!(e.key, "recall_margin", "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn archive_needs_a_query_policy() {
+        let e = Params::parse("streaming,archive=64").unwrap_err();
+        assert_eq!(e.key, "archive");
+        assert!(Params::parse("recent,archive=64").is_ok());
+        let e = Params::parse("archive_type=q2").unwrap_err();
+        assert_eq!(e.key, "archive_type");
+        assert_eq!(Params::parse("page=0").unwrap_err().key, "page");
+    }
 
     fn err(spec: &str) -> ConfigError {
         Params::parse(spec).expect_err(spec)

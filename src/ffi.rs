@@ -37,7 +37,7 @@ pub const BEACONKV_ERR_NO_ROOM: i32 = -6;
 
 /// `beaconkv_params`.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct beaconkv_params {
     pub policy: i32,
     pub budget: i32,
@@ -57,6 +57,7 @@ pub struct beaconkv_params {
     pub archive_type: i32,
     pub page: i32,
     pub recall_every: i32,
+    pub recall_margin: f32,
 }
 
 /// `beaconkv_layer`.
@@ -570,6 +571,7 @@ pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
     archive_type: 0,
     page: 16,
     recall_every: 4,
+    recall_margin: 3.0,
 };
 
 impl beaconkv_params {
@@ -597,6 +599,7 @@ impl beaconkv_params {
             archive_type: p.archive_type as i32,
             page: p.page as i32,
             recall_every: p.recall_every as i32,
+            recall_margin: p.recall_margin(),
         }
     }
 
@@ -665,6 +668,16 @@ impl beaconkv_params {
             })?,
             page: uint("page", self.page)?,
             recall_every: uint("recall_every", self.recall_every)?,
+            recall_margin_centi: {
+                let m = self.recall_margin;
+                if !(0.0..=1000.0).contains(&m) {
+                    return Err(err(
+                        "recall_margin",
+                        format!("{m} is out of range; allowed range 0..=1000"),
+                    ));
+                }
+                (m * 100.0).round() as usize
+            },
         };
         p.validate()?;
         Ok(p)

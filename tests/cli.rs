@@ -124,6 +124,7 @@ fn spec_flag_sets_every_key() {
         "archive_type=q8_0",
         "page=8",
         "recall_every=2",
+        "recall_margin=2.5",
     ];
     let spec = keys.join(",");
     let s = stats(&["-n", "200", "--kv-compress-spec", &spec], &[]);

@@ -732,7 +732,10 @@ mod tests {
     fn full_defaults() {
         let s = settings(&[]).unwrap();
         assert_eq!(s.budgets, vec![128, 256, 512, 1024]);
-        assert_eq!(s.policies, vec!["beacon", "recent", "streaming", "random"]);
+        assert_eq!(
+            s.policies,
+            vec!["beacon", "beacon+archive", "recent", "streaming", "random"]
+        );
         assert_eq!(s.n_tokens, 1536);
         assert_eq!(s.lengths, vec![1024, 2048, 4096, 8192]);
         assert_eq!(s.eval, PathBuf::from("/repo/build/bin/beaconkv-eval"));
@@ -812,7 +815,7 @@ mod tests {
             "--mode",
             "agree",
             "--configs",
-            "beacon:32,beacon:64,recent:32,recent:64,streaming:32,streaming:64,random:32,random:64",
+            "beacon:32,beacon:64,beacon+archive:32,beacon+archive:64,recent:32,recent:64,streaming:32,streaming:64,random:32,random:64",
             "--out",
             "/o/agree-2-b.json",
             "-m",
@@ -843,7 +846,10 @@ mod tests {
         );
         let speed = planned[4].job.args.join(" ");
         assert!(
-            speed.contains("--configs none,beacon:64,none:64 "),
+            speed.contains(
+                "--configs none,beacon:64,beacon+archive:64,beacon+archive_q8_0:64,\
+                 beacon+archive_q4_0:64,none:64 "
+            ),
             "{speed}"
         );
         assert!(speed.contains("--lengths 128,256"), "{speed}");

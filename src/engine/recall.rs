@@ -494,7 +494,8 @@ impl Engine {
         let (Some(layout), Some(state)) = (archive.as_ref(), seqs.get_mut(&seq)) else {
             return Ok(0);
         };
-        let threshold = state.recall.victims[0].0;
+        let margin = params.recall_margin();
+        let threshold = state.recall.victims[0].0 + margin;
         let wait = layout.page as u64;
         let sc = &mut scratch.arch;
         // 1. bounds under the newest query
@@ -599,7 +600,7 @@ impl Engine {
         let mut taken = Vec::new();
         for (vi, &(score, p)) in state.recall.victims.iter().enumerate() {
             let want = sc.recall.get(sc.ev_pos.len());
-            if want.is_none_or(|w| score >= score_of(w.0)) {
+            if want.is_none_or(|w| score + margin >= score_of(w.0)) {
                 break;
             }
             if state.recall.held.binary_search(&p).is_ok() {
