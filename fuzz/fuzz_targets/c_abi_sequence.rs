@@ -181,6 +181,14 @@ fn params_from(input: &mut Input) -> beaconkv_params {
     p.seed = d as u64;
     p.read_copy = (b & 1) as i32; // 1: K and queries through read_rows
     p.score = (c & 1) as i32; // 1: probability scoring
+    // the archive on half the time (refused with streaming/random/none), every element type
+    if d & 2 != 0 {
+        p.archive = 16 + (b / 4 % 64) as i32;
+        p.archive_type = (a / 4 % 3) as i32;
+        p.page = 1 + (c / 4 % 8) as i32;
+        p.recall_every = (d / 4 % 3) as i32;
+        p.recall_margin = (b % 4) as f32;
+    }
     p
 }
 
@@ -201,6 +209,10 @@ impl Session {
         t.synchronize = t.synchronize.filter(|_| keep(16));
         t.read_rows = t.read_rows.filter(|_| keep(32));
         t.log = t.log.filter(|_| keep(64));
+        // the archive's callbacks go together (a host without them runs without the archive)
+        if !keep(128) {
+            (t.read_kv, t.write_kv, t.seq_place) = (None, None, None);
+        }
         t
     }
 
