@@ -143,7 +143,7 @@ pub struct Params {
     pub archive_type: ArchiveType,
     /// Consecutive positions per archive page.
     pub page: usize,
-    /// Decode steps between recall checks with the newest query; 0 = none.
+    /// Decode steps between recall checks (newest queries against the page bounds); 0 = none.
     pub recall_every: usize,
     /// Logits by which an archived page must beat the weakest kept cell at a recall check, in
     /// hundredths (spec value 3 = 300).

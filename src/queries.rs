@@ -148,23 +148,6 @@ impl LayerQueries {
         )
     }
 
-    /// The newest query of head `h` and its position (ring first, else the FPS buffer's last
-    /// recent slot), if one is held.
-    pub fn newest(&self, h: usize) -> Option<(&[f32], i32)> {
-        let d = self.head_dim;
-        if self.ring_len > 0 {
-            let slot = (self.ring_next + self.ring_cap - 1) % self.ring_cap;
-            let base = (h * self.ring_cap + slot) * d;
-            return Some((&self.ring_buf[base..base + d], self.ring_pos[slot]));
-        }
-        if self.count > self.n_beacons {
-            let slot = self.count - 1;
-            let base = (h * self.cap + slot) * d;
-            return Some((&self.buf[base..base + d], self.pos[slot]));
-        }
-        None
-    }
-
     /// The last `n_recent` queries of head `h` (ring order) and their positions.
     pub fn ring(&self, h: usize) -> (&[f32], &[i32]) {
         let d = self.head_dim;

@@ -1,13 +1,18 @@
 //! The engine's side of the archive (`archive.rs`): selection over cells and recall
-//! candidates, archiving evicted cells, placing recalled ones back, and the cheap check that
-//! decides when a swap pass is worth running between compression passes.
+//! candidates, archiving evicted cells, placing recalled ones back, and the targeted recall that
+//! runs between compression passes.
 //!
-//! A pass with an archive: the pages whose key summaries give the recent queries the highest
+//! A pass with an archive: the pages whose key summaries give the newest queries the highest
 //! bound become candidates (up to `budget / 4` cells); their keys are scored exactly with the
 //! cells', and shared selection keeps the best `target` of both. Cells that lose are archived,
-//! then evicted; candidates that win are placed back at their own positions. Cells recalled by
-//! one pass are kept by the next (no thrashing), and a page is not checked again for a few
-//! steps after it was evicted or checked.
+//! then evicted; candidates that win are placed back at their own positions.
+//!
+//! Between passes, every `recall_every` steps: the best pages by bound get exact logits under
+//! the same queries, and a page that beats the weakest cell the last pass kept by
+//! `recall_margin` takes the places of the weakest kept cells (with the page after it). After a
+//! multi-token batch in the decode phase (a new user turn) a swap pass runs instead (a pass at
+//! the current size). Cells recalled are kept by the next pass (no thrashing), and a page found
+//! not needed is not checked again for a page's length of steps.
 
 use std::time::Instant;
 
@@ -15,7 +20,7 @@ use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
-use crate::scorer::{BoundQueries, ExtraKeys, ScoreCtx};
+use crate::scorer::{ExtraKeys, ScoreCtx};
 use crate::select::select_evictions;
 
 /// Per-sequence recall state.
@@ -59,7 +64,6 @@ pub struct ArchScratch {
     archive: ArchiveScratch,
 }
 
-const TARGETED: BoundQueries = BoundQueries::Recent;
 const TARGET_PAGES: usize = 4;
 /// Pages after a recalled page that come with it.
 const READ_AHEAD: i32 = 1;
@@ -158,13 +162,7 @@ impl Engine {
             extra: None,
         };
         let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-        if !scorer.page_bounds(
-            &ctx,
-            BoundQueries::Recent,
-            pages.len(),
-            &summary,
-            &mut sc.bounds,
-        ) {
+        if !scorer.page_bounds(&ctx, pages.len(), &summary, &mut sc.bounds) {
             return 0;
         }
         sc.page_ids.clear();
@@ -523,7 +521,7 @@ impl Engine {
             extra: None,
         };
         let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-        if !scorer.page_bounds(&ctx, TARGETED, pages.len(), &summary, &mut sc.bounds) {
+        if !scorer.page_bounds(&ctx, pages.len(), &summary, &mut sc.bounds) {
             return Ok(0);
         }
         sc.page_ids.clear();
@@ -555,7 +553,7 @@ impl Engine {
             k: &sc.cand_k,
         });
         sc.raw_max.resize(m, 0.0);
-        scorer.extra_max(&ctx, TARGETED, &mut sc.raw_max);
+        scorer.extra_max(&ctx, &mut sc.raw_max);
         let mut winners: Vec<(i32, f32)> = Vec::new();
         for &id in &sc.page_ids {
             let best = (0..m)

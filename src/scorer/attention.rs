@@ -10,7 +10,7 @@
 //! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
 //! is then read and dequantised once and dotted against every query of its group.
 
-use super::{BoundQueries, PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
+use super::{PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
@@ -56,25 +56,17 @@ impl Scorer for QueryScorer {
     fn page_bounds(
         &mut self,
         ctx: &ScoreCtx,
-        which: BoundQueries,
         n_pages: usize,
         summary: &PageSummary,
         out: &mut [f32],
     ) -> bool {
-        let source: QuerySource = match which {
-            BoundQueries::Recent => positioned_queries,
-            BoundQueries::Newest => newest_query,
-        };
-        self.kernel.page_bounds(ctx, source, n_pages, summary, out);
+        self.kernel
+            .page_bounds(ctx, positioned_queries, n_pages, summary, out);
         true
     }
 
-    fn extra_max(&mut self, ctx: &ScoreCtx, which: BoundQueries, out: &mut [f32]) -> bool {
-        let source: QuerySource = match which {
-            BoundQueries::Recent => positioned_queries,
-            BoundQueries::Newest => newest_query,
-        };
-        self.kernel.extra_max(ctx, source, out);
+    fn extra_max(&mut self, ctx: &ScoreCtx, out: &mut [f32]) -> bool {
+        self.kernel.extra_max(ctx, positioned_queries, out);
         true
     }
 }
@@ -104,13 +96,6 @@ fn positioned_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn Fn
         last = pos[i];
         let d = l.head_dim();
         each(&qs[i * d..(i + 1) * d], pos[i]);
-    }
-}
-
-/// The newest captured query, at its own position.
-fn newest_query(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
-    if let Some((q, p)) = l.newest(h) {
-        each(q, p);
     }
 }
 

@@ -43,15 +43,6 @@ pub struct ExtraKeys<'a> {
     pub k: &'a [Vec<f32>],
 }
 
-/// Which queries bound the archive's pages.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BoundQueries {
-    /// The policy's positioned queries (the recent ones): at compression passes.
-    Recent,
-    /// The newest query only: the per-step recall check.
-    Newest,
-}
-
 /// A page's key summary for scored layer `li`: element-wise (min, max) of its keys.
 pub type PageSummary<'s> = dyn Fn(usize, usize) -> (&'s [f32], &'s [f32]) + 's;
 
@@ -109,13 +100,13 @@ pub trait Scorer: Send {
         rows: &mut ScoreRows,
     ) -> Result<(), ScoreError>;
 
-    /// For each of `n_pages` archive pages, an upper bound of the logit any of `which` queries
-    /// gives any key of the page (max over layers and kv heads), from `summary(page, layer)`.
-    /// Returns false (nothing written) for a scorer that reads no queries.
+    /// For each of `n_pages` archive pages, an upper bound of the logit the newest positioned
+    /// queries (`attention::RECALL_QUERIES` of them) give any key of the page (max over layers
+    /// and kv heads), from `summary(page, layer)`. Returns false (nothing written) for a scorer
+    /// that reads no queries.
     fn page_bounds(
         &mut self,
         _ctx: &ScoreCtx,
-        _which: BoundQueries,
         _n_pages: usize,
         _summary: &PageSummary,
         _out: &mut [f32],
@@ -123,9 +114,10 @@ pub trait Scorer: Send {
         false
     }
 
-    /// For each key of `ctx.extra`, the largest logit any of `which` queries gives it (max over
-    /// layers and kv heads). Returns false (nothing written) for a scorer that reads no queries.
-    fn extra_max(&mut self, _ctx: &ScoreCtx, _which: BoundQueries, _out: &mut [f32]) -> bool {
+    /// For each key of `ctx.extra`, the largest logit the same queries as `page_bounds` give it
+    /// (max over layers and kv heads). Returns false (nothing written) for a scorer that reads no
+    /// queries.
+    fn extra_max(&mut self, _ctx: &ScoreCtx, _out: &mut [f32]) -> bool {
         false
     }
 }
