@@ -132,6 +132,10 @@ pub struct AttentionKernel {
     /// Probability scoring: log-sum-exp over the cells, per (kv head, query), and a sum buffer.
     lse: Vec<f32>,
     sums: Vec<f32>,
+    /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
+    /// `extra_max` call on the same sequence that follows it (RoPE is the costly part).
+    recall_queries: Vec<(usize, Vec<f32>)>,
+    recall_seq: Option<i32>,
 }
 
 impl AttentionKernel {
@@ -182,8 +186,14 @@ impl AttentionKernel {
         out: &mut [f32],
     ) {
         out[..n_pages].fill(f32::NEG_INFINITY);
+        self.recall_queries
+            .resize(ctx.layers.len(), (0, Vec::new()));
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
             let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            let cached = &mut self.recall_queries[li];
+            cached.0 = per_group;
+            cached.1.clear();
+            cached.1.extend_from_slice(&self.queries);
             if per_group == 0 {
                 continue;
             }
@@ -198,14 +208,25 @@ impl AttentionKernel {
                 }
             }
         }
+        self.recall_seq = Some(ctx.seq);
     }
 
     /// `out[c]` = max over layers, kv heads and `source` queries of the logit of archived key c.
+    /// Right after `page_bounds` on the same sequence (nothing captured in between: the recall
+    /// check calls them back to back) it reuses the queries that call prepared.
     pub fn extra_max(&mut self, ctx: &ScoreCtx, source: QuerySource, out: &mut [f32]) {
         let Some(extra) = ctx.extra else { return };
         out[..extra.n].fill(f32::NEG_INFINITY);
+        let cached = self.recall_seq.take() == Some(ctx.seq)
+            && self.recall_queries.len() == ctx.layers.len();
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
-            let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            let (per_group, queries) = if cached {
+                let (k, q) = &self.recall_queries[li];
+                (*k, q.as_slice())
+            } else {
+                let k = self.prepare_queries(layer, lq, ctx.m_pos, source);
+                (k, self.queries.as_slice())
+            };
             if per_group == 0 {
                 continue;
             }
@@ -214,7 +235,7 @@ impl AttentionKernel {
             for (c, best) in out[..extra.n].iter_mut().enumerate() {
                 for g in 0..n_kv {
                     let k = &extra.k[li][(c * n_kv + g) * d..(c * n_kv + g + 1) * d];
-                    let group = &self.queries[g * group_len..(g + 1) * group_len];
+                    let group = &queries[g * group_len..(g + 1) * group_len];
                     *best = best.max(max_dot(group, k));
                 }
             }
@@ -230,6 +251,7 @@ impl AttentionKernel {
         rows: &mut ScoreRows,
         source: QuerySource,
     ) -> Result<(), ScoreError> {
+        self.recall_seq = None; // run prepares other queries over the same scratch
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);
         let n = n_cells + n_extra;
