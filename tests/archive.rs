@@ -247,3 +247,27 @@ fn a_failing_read_kv_turns_the_archive_off_and_eviction_goes_on() {
     );
     assert!(engine.is_enabled(), "the policy itself keeps running");
 }
+
+#[test]
+fn a_failing_write_kv_drops_the_placed_cells_and_turns_the_archive_off() {
+    let (mut engine, mut host, mut rng) =
+        setup(&spec(",archive=1024,recall_every=1,recall_margin=0"));
+    phase_a(&mut engine, &mut host, &mut rng);
+    host.fail.write_kv = u32::MAX;
+    // the passage is found, placed, its rows cannot be written: the cells go again
+    for i in 0..16 {
+        step(&mut engine, &mut host, &mut rng, 300 + i, true);
+    }
+    assert!(host.placed > 0, "no recall was attempted");
+    let kept = host.positions(0);
+    assert!(
+        PLANTED.clone().all(|p| !kept.contains(&p)),
+        "cells without rows stayed: {kept:?}"
+    );
+    assert!(
+        host.logs.iter().any(|l| l.contains("archive off")),
+        "{:?}",
+        host.logs
+    );
+    assert!(engine.is_enabled(), "the policy itself keeps running");
+}

@@ -407,8 +407,13 @@ impl Engine {
                 &a.rows.v[li],
             );
             if rc < 0 {
-                // the placed cells hold no valid rows: drop them again
-                host.seq_evict(seq, &a.place);
+                // the placed cells hold no valid rows: drop them again (listed first, as every
+                // eviction is; the positions are gone for good, they left the archive above)
+                let mut stream = 0u32;
+                let n = host.seq_cells(seq, &mut sc.pos, &mut sc.cells, &mut stream);
+                if n >= 0 && n as usize <= sc.cells.len() {
+                    host.seq_evict(seq, &a.place);
+                }
                 state.recall.held.clear();
                 return Err(format!("write_kv(layer {}) returned {rc}", l.host_index));
             }
