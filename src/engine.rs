@@ -68,6 +68,18 @@ struct SeqState {
     recall: recall::SeqRecall,
 }
 
+impl SeqState {
+    /// The counters, with the archive's figures read from the archive itself.
+    fn stats(&self) -> SeqStats {
+        SeqStats {
+            archived: self.archive.n_cells() as u64,
+            archive_bytes: self.archive.bytes() as u64,
+            archive_dropped: self.archive.dropped,
+            ..self.stats.clone()
+        }
+    }
+}
+
 /// How compression passes score cells now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Scoring {
@@ -217,12 +229,10 @@ impl Engine {
     /// Statistics of `seq`, or totals for `seq < 0`; unknown sequences report zeros.
     pub fn stats(&self, seq: i32) -> SeqStats {
         if seq < 0 {
-            SeqStats::total(self.seqs.values().map(|s| &s.stats))
+            let all: Vec<SeqStats> = self.seqs.values().map(SeqState::stats).collect();
+            SeqStats::total(&all)
         } else {
-            self.seqs
-                .get(&seq)
-                .map(|s| s.stats.clone())
-                .unwrap_or_default()
+            self.seqs.get(&seq).map(SeqState::stats).unwrap_or_default()
         }
     }
 
@@ -688,9 +698,6 @@ impl Engine {
         st.kv_bytes_saved += evicted as u64 * bytes;
         st.cells_in_use = n - evicted + recalled;
         st.recalled += recalled as u64;
-        st.archived = state.archive.n_cells() as u64;
-        st.archive_bytes = state.archive.bytes() as u64;
-        st.archive_dropped = state.archive.dropped;
         st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
         st.ms_recall += ((t2 - t1) + (t4 - t3)).as_secs_f64() * 1e3;
         st.ms_evict += (t3 - t2).as_secs_f64() * 1e3;
@@ -774,8 +781,6 @@ impl Engine {
             state.queries.remove_positions(lo, hi);
             if let Some(layout) = layout {
                 state.archive.remove_range(layout, lo, hi);
-                state.stats.archived = state.archive.n_cells() as u64;
-                state.stats.archive_bytes = state.archive.bytes() as u64;
             }
             state.recall.held.retain(|&p| p < lo || p >= hi);
             if hi == i32::MAX {
@@ -914,9 +919,6 @@ impl Engine {
             let blob = r.take(len)?;
             if let Some(layout) = &self.archive {
                 state.archive = SeqArchive::load(layout, &mut Reader::new(blob))?;
-                let st = &mut state.stats;
-                st.archived = state.archive.n_cells() as u64;
-                st.archive_bytes = state.archive.bytes() as u64;
             }
         }
         r.finish()?;

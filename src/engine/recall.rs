@@ -467,9 +467,6 @@ impl Engine {
                 let st = &mut state.stats;
                 st.recalled += k as u64;
                 st.evicted += k as u64;
-                st.archived = state.archive.n_cells() as u64;
-                st.archive_bytes = state.archive.bytes() as u64;
-                st.archive_dropped = state.archive.dropped;
                 self.cell_count(host, seq)
             }
             Err(e) => {
