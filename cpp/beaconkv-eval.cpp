@@ -4,7 +4,7 @@
 //   beaconkv-eval --mode revisit --text FILE [--passage N] [--gap N] --configs LIST ...
 //   beaconkv-eval --mode generate -p PROMPT [--n-tokens N] --configs LIST ...   (greedy reference)
 //   beaconkv-eval --mode passkey [--length N] [--depths 0.1,0.5,0.9] [--chunk N] --configs LIST ...
-//   beaconkv-eval --mode speed   [--lengths 1024,2048] --configs LIST ...
+//   beaconkv-eval --mode speed   [--lengths 1024,2048] [--prompt-len N] --configs LIST ...
 //   beaconkv-eval --mode task    --tasks FILE.jsonl [--chunk N] --configs LIST ...   (long-context tasks)
 //   beaconkv-eval --mode trace   --tasks FILE.jsonl [--n-tokens N] [--chunk N] [--bucket N] [--free-max N]
 //                                --configs LIST ...   (own-trace fidelity)
@@ -58,6 +58,7 @@ struct eval_args {
     std::string tasks;  // task/trace: JSONL input
     int bucket = 256;   // trace: position bucket of the per-bucket numbers
     int free_max = 0;   // trace: longest free run (0 = --n-tokens)
+    int prompt_len = 0; // speed: also time a prompt of this many tokens per config (0 = no)
 };
 
 std::vector<std::string> split(const std::string & s, char sep) {
@@ -79,7 +80,8 @@ bool take_eval_args(int & argc, char ** argv, eval_args & a) {
     const std::map<std::string, int *> ints = {{"--n-tokens", &a.n_tokens}, {"--prompt-tokens", &a.prompt_tokens},
                                                {"--passage", &a.passage},   {"--gap", &a.gap},
                                                {"--length", &a.length},     {"--chunk", &a.chunk},
-                                               {"--bucket", &a.bucket},     {"--free-max", &a.free_max}};
+                                               {"--bucket", &a.bucket},     {"--free-max", &a.free_max},
+                                               {"--prompt-len", &a.prompt_len}};
     int out = 1;
     for (int i = 1; i < argc; i++) {
         const std::string k = argv[i];
@@ -227,6 +229,7 @@ struct plugin_numbers {
     uint64_t evicted = 0, events = 0;
     uint64_t recalled = 0, archived = 0, archive_bytes = 0;
     double ms = 0;
+    double ms_capture = 0, ms_score = 0, ms_evict = 0, ms_recall = 0;
 };
 
 plugin_numbers plugin_stats(llama_context * ctx) {
@@ -237,6 +240,10 @@ plugin_numbers plugin_stats(llama_context * ctx) {
         p.evicted = st.evicted;
         p.events = st.compress_events;
         p.ms = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
+        p.ms_capture = st.ms_capture;
+        p.ms_score = st.ms_score;
+        p.ms_evict = st.ms_evict;
+        p.ms_recall = st.ms_recall;
         p.recalled = st.recalled;
         p.archived = st.archived;
         p.archive_bytes = st.archive_bytes;
@@ -436,8 +443,41 @@ std::string run_passkey(llama_model * model, const common_params & params, const
     return js.str();
 }
 
+// Prompt processing: one prompt of n tokens decoded as the application would (n_batch pieces,
+// n_ubatch physical batches: a compressed context clamps n_ubatch), in a fresh context per config;
+// "none:B" (a plain cache of B cells) cannot hold it and is skipped.
+std::string run_prompt_speed(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
+                             int n) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    std::string text;
+    std::vector<llama_token> toks;
+    for (int i = 0; (int) toks.size() < n; i++) {
+        text += "Entry " + std::to_string(i) + ": the keeper logged the wind, the tide and the oil left in the lamp. ";
+        toks = common_tokenize(vocab, text, true);
+    }
+    toks.resize(n);
+    std::ostringstream js;
+    bool first = true;
+    for (const config & c : cfgs) {
+        if (c.policy == "none" && c.budget > 0) {
+            continue;
+        }
+        auto r = make_ctx(model, params, c, (uint32_t) n + 16);
+        if (!r || !decode_tokens(*r, toks.data(), n)) {
+            return "";
+        }
+        const plugin_numbers pn = plugin_stats(r->ctx);
+        js << (first ? "" : ", ") << "{\"config\": \"" << json_escape(c.name) << "\", \"policy\": \"" << c.policy
+           << "\", \"budget\": " << c.budget << ", \"prompt_tokens\": " << n
+           << ", \"n_ubatch\": " << llama_n_ubatch(r->ctx) << ", \"prompt_ms\": " << r->decode_ms
+           << ", \"plugin_ms\": " << pn.ms << ", \"cells\": " << bkv_tools::seq_cells(r->ctx, 0) << "}";
+        first = false;
+    }
+    return js.str();
+}
+
 // Decode speed and memory against context length: greedy generation, ms/token measured over the
-// 64 tokens before each checkpoint.
+// 64 tokens before each checkpoint; with --prompt-len, prompt speed too (run_prompt_speed).
 std::string run_speed(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
                       const eval_args & a) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
@@ -484,14 +524,24 @@ std::string run_speed(llama_model * model, const common_params & params, const s
                    << ", \"ms_per_token\": " << window_ms / window_n << ", \"cells\": " << cells
                    << ", \"cells_physical\": " << bkv_tools::physical_cells(r->ctx)
                    << ", \"kv_bytes_per_cell\": " << bkv_tools::bytes_per_cell(r->ctx, model, params)
-                   << ", \"plugin_ms\": " << pn.ms << ", \"archived\": " << pn.archived
+                   << ", \"plugin_ms\": " << pn.ms << ", \"plugin_ms_capture\": " << pn.ms_capture
+                   << ", \"plugin_ms_score\": " << pn.ms_score << ", \"plugin_ms_evict\": " << pn.ms_evict
+                   << ", \"plugin_ms_recall\": " << pn.ms_recall << ", \"archived\": " << pn.archived
                    << ", \"archive_bytes\": " << pn.archive_bytes << ", \"decode_ms\": " << r->decode_ms << "}";
                 first = false;
             }
         }
         progress(++done, (int) cfgs.size());
     }
-    js << "]}";
+    js << "]";
+    if (a.prompt_len > 0) {
+        const std::string prompt = run_prompt_speed(model, params, cfgs, a.prompt_len);
+        if (prompt.empty()) {
+            return "";
+        }
+        js << ", \"prompt\": [" << prompt << "]";
+    }
+    js << "}";
     return js.str();
 }
 

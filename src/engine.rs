@@ -21,10 +21,11 @@ use std::time::Instant;
 
 use crate::archive::{Layout, SeqArchive};
 
-use crate::config::{Params, Policy, Prefix};
+use crate::config::{Params, Policy, Prefix, Reduce};
 use crate::host::{Host, LayerDesc, RawLayer, LOG_ERROR, LOG_WARN};
 use crate::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
 use crate::reduce::{reduce, ReduceScratch};
+use crate::rope::RotationMemo;
 use crate::scorer::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer};
 use crate::select::SelectScratch;
 use crate::state::{Reader, Writer};
@@ -106,6 +107,8 @@ struct Scratch {
     q_row_ids: Vec<u32>,
     q_token: Vec<f32>,
     queries: QueryScratch,
+    /// RoPE rotations of the positions one capture un-rotates.
+    rotations: RotationMemo,
     /// Sequence ids of an `after_decode` sweep.
     ids: Vec<i32>,
     /// Archive and recall buffers.
@@ -288,7 +291,12 @@ impl Engine {
                 continue;
             }
             match LayerDesc::from_raw(i, &raw, has_read_rows, self.params.read_copy) {
-                Ok(desc) => self.layers.push(desc),
+                Ok(mut desc) => {
+                    if let Some(same) = self.layers.iter().find(|l| l.rope == desc.rope) {
+                        desc.rope_id = same.rope_id;
+                    }
+                    self.layers.push(desc)
+                }
                 Err(why) => {
                     if self.warned_layers.insert(i) {
                         host.log(
@@ -490,6 +498,7 @@ impl Engine {
             ..
         } = self;
         let mut failed_read = None;
+        scratch.rotations.clear();
         for (li, layer) in layers.iter().enumerate() {
             let width = layer.n_head * layer.head_dim;
             if !layer.q_direct {
@@ -532,8 +541,9 @@ impl Engine {
                     fetched += 1;
                 }
                 if let Some(rope) = &layer.rope {
+                    let inverse = scratch.rotations.get_inverse(layer.rope_id, rope, p);
                     for head in scratch.q_token.chunks_exact_mut(layer.head_dim) {
-                        rope.unrotate(head, p);
+                        rope.unrotate_with(head, inverse);
                     }
                 }
                 if let Some(state) = seqs.get_mut(&s) {
@@ -651,14 +661,27 @@ impl Engine {
             if has_archived {
                 m = self.pick_candidates(seq, stream, n);
             }
-            if let Err(e) = self.score_cells(host, seq, stream, n, m, false) {
+            // Cells selection always keeps need no score when nothing else reads one: the
+            // largest scores, unpooled, and no archive (it ranks every row it keeps).
+            let skip = if m == 0
+                && self.archive.is_none()
+                && self.params.reduce == Reduce::Max
+                && self.params.span <= 1
+                && !self.params.score_prob
+            {
+                let end = n.saturating_sub(self.params.window.max(1));
+                (prefix.min(end), end)
+            } else {
+                (0, n)
+            };
+            if let Err(e) = self.score_cells(host, seq, stream, n, m, skip) {
                 self.enter_fallback(host, &format!("beaconkv: host callback failed: {}", e.0));
                 result = Err(EngineError::Host(e.0));
                 m = 0;
             }
         }
         if self.scoring() == Scoring::Positions {
-            self.score_cells(host, seq, stream, n, 0, true)
+            self.score_cells(host, seq, stream, n, 0, (0, 0))
                 .expect("position scoring reads nothing from the host");
         }
         let archiving = archiving && self.scoring() == Scoring::Policy;
@@ -706,7 +729,8 @@ impl Engine {
 
     /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
     /// (`m` of them, see `recall.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
-    /// or, with `by_position` (and `m == 0`), by the position-only fallback.
+    /// for cells `scored.0..scored.1` (the others get +inf: selection keeps them anyway) or,
+    /// with an empty range (and `m == 0`), by the position-only fallback for all of them.
     fn score_cells(
         &mut self,
         host: &mut dyn Host,
@@ -714,7 +738,7 @@ impl Engine {
         stream: u32,
         n: usize,
         m: usize,
-        by_position: bool,
+        scored: (usize, usize),
     ) -> Result<(), scorer::ScoreError> {
         let Engine {
             scratch: sc,
@@ -730,11 +754,13 @@ impl Engine {
             .expect("compress created the sequence's state");
         let (pos, cells) = (&sc.pos[..n], &sc.cells[..n]);
         let m_pos = (pos[n - 1] + 1).max(state.stats.pos_max + 1);
+        let by_position = scored.0 >= scored.1;
+        let (lo, hi) = if by_position { (0, n) } else { scored };
         let ctx = ScoreCtx {
             seq,
             stream,
-            cells,
-            pos,
+            cells: &cells[lo..hi],
+            pos: &pos[lo..hi],
             m_pos,
             layers,
             queries: &state.queries,
@@ -745,7 +771,8 @@ impl Engine {
                 k: &sc.arch.cand_k,
             }),
         };
-        sc.rows.reset(n + m);
+        let k = hi - lo;
+        sc.rows.reset(k + m);
         sc.scores.resize(n + m, 0.0);
         if by_position {
             fallback.score(&ctx, host, &mut sc.rows)?;
@@ -756,15 +783,19 @@ impl Engine {
         reduce(
             &sc.rows,
             params.reduce,
-            &mut sc.scores[..n + m],
+            &mut sc.scores[..k + m],
             &mut sc.reduce,
         );
+        if k < n {
+            // [scored cells | candidates] -> [+inf | scored cells | +inf | candidates]
+            sc.scores.copy_within(k..k + m, n);
+            sc.scores.copy_within(0..k, lo);
+            sc.scores[..lo].fill(f32::INFINITY);
+            sc.scores[hi..n].fill(f32::INFINITY);
+        }
         Ok(())
     }
 
-    /// The host removed positions `[p0, p1)` of `seq` (`p0 < 0`: from 0; `p1 < 0`: to the end;
-    /// `seq < 0`: every sequence). Removing a whole sequence drops its state; a range drops
-    /// the queries captured there, and a removed tail lowers `pos_max` and the prompt length.
     pub fn seq_removed(&mut self, seq: i32, p0: i32, p1: i32) {
         let lo = p0.max(0);
         let hi = if p1 < 0 { i32::MAX } else { p1 };

@@ -8,7 +8,7 @@
 //! seed's; the f32 rounding order differs from torch's `bmm`, which only matters for
 //! near-ties closer than ~1e-6 (the golden test keeps its cases clear of those).
 
-use crate::kread::dot;
+use crate::simd::{dot_fast, dots};
 
 /// F.normalize's eps: rows with a smaller norm are divided by eps instead (zero stays zero).
 const NORM_EPS: f32 = 1e-12;
@@ -20,6 +20,7 @@ pub struct FpsScratch {
     colsum: Vec<f32>,
     means: Vec<f32>,
     max_sim: Vec<f32>,
+    sims: Vec<f32>,
     selected: Vec<usize>,
 }
 
@@ -57,7 +58,16 @@ pub fn farthest_point_sampling_in<'s>(
             &mut scratch.means,
         );
         let start = argmin(scratch.means.iter().copied());
-        greedy(&scratch.unit, dim, start, k, &mut scratch.max_sim, selected);
+        let sims = &mut scratch.sims;
+        greedy(
+            &scratch.unit,
+            dim,
+            start,
+            k,
+            &mut scratch.max_sim,
+            sims,
+            selected,
+        );
     }
     &scratch.selected
 }
@@ -70,20 +80,24 @@ fn greedy(
     start: usize,
     k: usize,
     max_sim: &mut Vec<f32>,
+    sims: &mut Vec<f32>,
     selected: &mut Vec<usize>,
 ) {
     let row = |i: usize| &unit[i * dim..(i + 1) * dim];
+    let n = unit.len() / dim;
     max_sim.clear();
-    max_sim.resize(unit.len() / dim, f32::NEG_INFINITY);
+    max_sim.resize(n, f32::NEG_INFINITY);
+    sims.resize(n, 0.0);
     let mut next = start;
     while selected.len() < k {
         selected.push(next);
         if selected.len() == k {
             break; // the last pick's similarities are never read
         }
-        let r = row(next);
-        for (j, m) in max_sim.iter_mut().enumerate() {
-            *m = m.max(dot(r, row(j)));
+        // one pass of the SIMD kernel: the new pick against every row
+        dots(unit, row(next), sims);
+        for (m, &v) in max_sim.iter_mut().zip(sims.iter()) {
+            *m = m.max(v);
         }
         next = argmin(max_sim.iter().copied());
     }
@@ -94,8 +108,10 @@ fn normalize_rows(points: &[f32], dim: usize, unit: &mut Vec<f32>) {
     unit.clear();
     unit.extend_from_slice(points);
     for r in unit.chunks_exact_mut(dim) {
-        let norm = dot(r, r).sqrt().max(NORM_EPS);
-        r.iter_mut().for_each(|v| *v /= norm);
+        // a multiplication by the reciprocal: within an ulp of the seed's division, at a
+        // fraction of its cost (FPS runs for every head each time the buffer fills)
+        let inv = 1.0 / dot_fast(r, r).sqrt().max(NORM_EPS);
+        r.iter_mut().for_each(|v| *v *= inv);
     }
 }
 
@@ -114,8 +130,9 @@ fn mean_similarities(
     for r in unit.chunks_exact(dim) {
         colsum.iter_mut().zip(r).for_each(|(s, v)| *s += v);
     }
-    means.clear();
-    means.extend(unit.chunks_exact(dim).map(|r| dot(r, colsum) / n as f32));
+    means.resize(n, 0.0);
+    dots(unit, colsum, means);
+    means.iter_mut().for_each(|m| *m /= n as f32);
 }
 
 /// Index of the smallest value, first one on ties (torch/numpy argmin).
@@ -132,6 +149,7 @@ fn argmin(values: impl Iterator<Item = f32>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kread::dot;
 
     #[test]
     fn small_n_returns_everything_in_order() {

@@ -165,6 +165,8 @@ pub struct LayerDesc {
     pub q_direct: bool,
     /// `None`: no supported RoPE, queries are scored as captured.
     pub rope: Option<Rope>,
+    /// Equal for layers with equal `rope` (the engine assigns it), so they share rotations.
+    pub rope_id: usize,
     pub hadamard_n: usize,
     /// V element type (`None`: unknown, the layer cannot be archived) and values per cell.
     pub v_type: Option<GgmlType>,
@@ -257,6 +259,7 @@ impl LayerDesc {
             q_nb1: raw.q_nb1,
             q_direct,
             rope,
+            rope_id: host_index.max(0) as usize,
             hadamard_n,
             v_type: GgmlType::from_id(raw.v_type)
                 .filter(|t| raw.v_dim > 0 && (raw.v_dim as usize).is_multiple_of(t.block_size())),

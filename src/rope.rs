@@ -34,7 +34,7 @@ pub enum RopeMode {
 }
 
 /// One layer's RoPE parameters, as read from the op params of its ROPE graph node.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Rope {
     /// Rotated dimensions (even); dimensions at or above it pass through (partial rotary).
     pub n_dims: usize,
@@ -83,12 +83,9 @@ impl Rope {
     /// exactly what ggml_rope_ext computes (incl. YaRN mscale / attn_factor, freq_factors,
     /// partial rotary: dims >= n_dims untouched).
     pub fn rotate(&self, x: &mut [f32], pos: i32) {
-        let ms = self.mscale();
-        self.for_each_pair(x, pos, |theta, x0, x1| {
-            let (c, s) = (theta.cos() * ms, theta.sin() * ms);
-            // x0*c - x1*s and x0*s + x1*c, fused as GCC fuses them (module docs)
-            (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
-        });
+        let mut cs = Vec::with_capacity(self.n_dims / 2);
+        self.rotation(pos, &mut cs);
+        self.rotate_with(x, &cs);
     }
 
     /// Exact inverse of rotate (undoes the magnitude scaling too).
@@ -96,17 +93,63 @@ impl Rope {
     /// Inverts the very matrix `rotate` applies (its f32-rounded cos and sin), in f64, so the
     /// round trip loses only the final rounding to f32.
     pub fn unrotate(&self, x: &mut [f32], pos: i32) {
+        let mut cs = Vec::with_capacity(self.n_dims / 2);
+        self.rotation(pos, &mut cs);
+        let mut inverse = Vec::with_capacity(cs.len());
+        inverse_rotation(&cs, &mut inverse);
+        self.unrotate_with(x, &inverse);
+    }
+
+    /// The rotation at `pos`: `[cos, sin]` of every pair's angle times the magnitude factor,
+    /// in f32 as ggml rounds them, into `out` (n_dims/2 entries). Every head rotated to the same
+    /// position shares it; computing it (sin, cos, the angle recurrence) is most of a rotation.
+    pub fn rotation(&self, pos: i32, out: &mut Vec<[f32; 2]>) {
         let ms = self.mscale();
-        self.for_each_pair(x, pos, |theta, y0, y1| {
-            let c = (theta.cos() * ms) as f64;
-            let s = (theta.sin() * ms) as f64;
-            let (y0, y1) = (y0 as f64, y1 as f64);
-            let det = c * c + s * s;
-            (
-                ((y0 * c + y1 * s) / det) as f32,
-                ((y1 * c - y0 * s) / det) as f32,
-            )
+        out.clear();
+        out.extend(
+            self.angles(pos)
+                .map(|theta| [theta.cos() * ms, theta.sin() * ms]),
+        );
+    }
+
+    /// [`Rope::rotate`] with the rotation of its position, from [`Rope::rotation`].
+    pub fn rotate_with(&self, x: &mut [f32], rotation: &[[f32; 2]]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if crate::simd::has_fma() {
+                // SAFETY: the CPU has FMA (checked above).
+                return unsafe { self.rotate_with_fma(x, rotation) };
+            }
+        }
+        self.rotate_pairs(x, rotation)
+    }
+
+    /// `rotate_pairs` compiled with the FMA instruction: `mul_add` is then one instruction
+    /// instead of a call into the software fallback, with the same (fused) result.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "fma")]
+    unsafe fn rotate_with_fma(&self, x: &mut [f32], rotation: &[[f32; 2]]) {
+        self.rotate_pairs(x, rotation)
+    }
+
+    #[inline(always)]
+    fn rotate_pairs(&self, x: &mut [f32], rotation: &[[f32; 2]]) {
+        self.for_each_pair(x, rotation, |[c, s], x0, x1| {
+            // x0*c - x1*s and x0*s + x1*c, fused as GCC fuses them (module docs)
+            (x0.mul_add(c, -(x1 * s)), x0.mul_add(s, x1 * c))
         });
+    }
+
+    /// [`Rope::unrotate`] with the inverse rotation of its position, from [`inverse_rotation`].
+    pub fn unrotate_with(&self, x: &mut [f32], inverse: &[[f64; 2]]) {
+        let n = self.n_dims;
+        assert!(x.len() >= n, "head of {} values < n_dims {n}", x.len());
+        assert_eq!(inverse.len(), n / 2, "rotation of another RoPE");
+        for (i, &[c, s]) in inverse.iter().enumerate() {
+            let (a, b) = self.pair(i, n);
+            let (y0, y1) = (x[a] as f64, x[b] as f64);
+            (x[a], x[b]) = ((y0 * c + y1 * s) as f32, (y1 * c - y0 * s) as f32);
+        }
     }
 
     /// YaRN correction range [low, high] in pair index, as ggml_rope_yarn_corr_dims: the pairs
@@ -175,15 +218,79 @@ impl Rope {
         }
     }
 
-    /// Visit every rotated pair of `x` with its angle at `pos` and replace it by
-    /// `f(theta, x0, x1)`; dimensions past n_dims are never touched.
-    fn for_each_pair(&self, x: &mut [f32], pos: i32, f: impl Fn(f32, f32, f32) -> (f32, f32)) {
+    /// Visit every rotated pair of `x` with its `[cos, sin]` and replace it by
+    /// `f(cos_sin, x0, x1)`; dimensions past n_dims are never touched.
+    #[inline(always)]
+    fn for_each_pair(
+        &self,
+        x: &mut [f32],
+        rotation: &[[f32; 2]],
+        f: impl Fn([f32; 2], f32, f32) -> (f32, f32),
+    ) {
         let n = self.n_dims;
         assert!(x.len() >= n, "head of {} values < n_dims {n}", x.len());
-        for (i, theta) in self.angles(pos).enumerate() {
+        assert_eq!(rotation.len(), n / 2, "rotation of another RoPE");
+        for (i, &cs) in rotation.iter().enumerate() {
             let (a, b) = self.pair(i, n);
-            (x[a], x[b]) = f(theta, x[a], x[b]);
+            (x[a], x[b]) = f(cs, x[a], x[b]);
         }
+    }
+}
+
+/// The inverse of a rotation from [`Rope::rotation`]: per pair `[c, s] / (c² + s²)` in f64, the
+/// transpose of the rotation matrix divided by its determinant.
+pub fn inverse_rotation(rotation: &[[f32; 2]], out: &mut Vec<[f64; 2]>) {
+    out.clear();
+    out.extend(rotation.iter().map(|&[c, s]| {
+        let (c, s) = (c as f64, s as f64);
+        let det = c * c + s * s;
+        [c / det, s / det]
+    }));
+}
+
+/// Rotations computed during one call (a capture, a scoring pass), shared by every head and
+/// every layer with the same RoPE: layers usually share one, so a token's 270 head rotations
+/// (SmolLM2) cost one evaluation of sin and cos. Cleared at the start of each call, so an id
+/// never outlives the layer list that assigned it.
+#[derive(Default)]
+pub struct RotationMemo {
+    index: std::collections::HashMap<(usize, i32), usize>,
+    tables: Vec<[f32; 2]>,
+    inverses: Vec<[f64; 2]>,
+    one: Vec<[f32; 2]>,
+    one_inverse: Vec<[f64; 2]>,
+}
+
+impl RotationMemo {
+    pub fn clear(&mut self) {
+        self.index.clear();
+        self.tables.clear();
+        self.inverses.clear();
+    }
+
+    /// The rotation of `rope` (whose layers share `rope_id`) at `pos`.
+    pub fn get(&mut self, rope_id: usize, rope: &Rope, pos: i32) -> &[[f32; 2]] {
+        let at = self.entry(rope_id, rope, pos);
+        &self.tables[at..at + rope.n_dims / 2]
+    }
+
+    /// The inverse of [`RotationMemo::get`]'s rotation, for [`Rope::unrotate_with`].
+    pub fn get_inverse(&mut self, rope_id: usize, rope: &Rope, pos: i32) -> &[[f64; 2]] {
+        let at = self.entry(rope_id, rope, pos);
+        &self.inverses[at..at + rope.n_dims / 2]
+    }
+
+    fn entry(&mut self, rope_id: usize, rope: &Rope, pos: i32) -> usize {
+        if let Some(&at) = self.index.get(&(rope_id, pos)) {
+            return at;
+        }
+        rope.rotation(pos, &mut self.one);
+        inverse_rotation(&self.one, &mut self.one_inverse);
+        let at = self.tables.len();
+        self.tables.extend_from_slice(&self.one);
+        self.inverses.extend_from_slice(&self.one_inverse);
+        self.index.insert((rope_id, pos), at);
+        at
     }
 }
 

@@ -42,6 +42,37 @@ pub fn dots(queries: &[f32], k: &[f32], out: &mut [f32]) {
     }
 }
 
+/// `a · b`, with the AVX2 kernel where the CPU has it (lengths a multiple of 8).
+pub fn dot_fast(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "dot of unequal lengths");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if a.len().is_multiple_of(8) && has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are checked.
+            return unsafe { dot_avx2(a, b) };
+        }
+    }
+    dot(a, b)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut j = 0;
+    while j < a.len() {
+        let x = _mm256_loadu_ps(pa.add(j));
+        acc[(j / 8) % 2] = _mm256_fmadd_ps(x, _mm256_loadu_ps(pb.add(j)), acc[(j / 8) % 2]);
+        j += 8;
+    }
+    let v = _mm256_add_ps(acc[0], acc[1]);
+    let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)))
+}
+
 /// Largest upper bound, over the queries, of `q·k` for any key `k` with `kmin <= k <= kmax`
 /// element-wise: `max_i sum_j max(q_ij*kmin_j, q_ij*kmax_j)` (the archive's page bound).
 pub fn max_bound(queries: &[f32], kmin: &[f32], kmax: &[f32]) -> f32 {
@@ -104,6 +135,14 @@ pub fn max_dot_generic(queries: &[f32], k: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, q| m.max(dot(q, k)))
 }
 
+/// Whether the CPU has the FMA instruction (detected once).
+#[cfg(target_arch = "x86_64")]
+pub fn has_fma() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("fma"))
+}
+
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
@@ -154,7 +193,7 @@ unsafe fn max_dot_avx2(queries: &[f32], k: &[f32]) -> f32 {
     _mm_storeu_ps(lanes.as_mut_ptr(), best);
     let mut m = lanes.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for r in i..nq {
-        m = m.max(dot(&queries[r * d..(r + 1) * d], k));
+        m = m.max(dot_avx2(&queries[r * d..(r + 1) * d], k));
     }
     m
 }
@@ -171,7 +210,154 @@ unsafe fn dots_avx2(queries: &[f32], k: &[f32], out: &mut [f32]) {
         i += 4;
     }
     for r in i..nq {
-        out[r] = dot(&queries[r * d..(r + 1) * d], k);
+        out[r] = dot_avx2(&queries[r * d..(r + 1) * d], k);
+    }
+}
+
+/// Keys per tile of [`max_dot_tile`] (two AVX registers of eight lanes).
+pub const TILE: usize = 16;
+
+/// `out[t] = max_i queries[i] · key_t` for the [`TILE`] keys of `kt`, stored transposed
+/// (`kt[j * TILE + t]` = element j of key t; unused key slots may hold anything, their outputs
+/// are meaningless). The scoring pass's kernel: keys sit in the lanes, each query element is
+/// broadcast, so one load of the keys feeds many FMAs and no horizontal sums are needed.
+pub fn max_dot_tile(queries: &[f32], kt: &[f32], out: &mut [f32; TILE]) {
+    let d = kt.len() / TILE;
+    assert!(
+        d > 0 && kt.len() == d * TILE && queries.len().is_multiple_of(d),
+        "max_dot_tile: shapes disagree"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are checked.
+            return unsafe { max_dot_tile_avx2(queries, kt, d, out) };
+        }
+    }
+    max_dot_tile_generic(queries, kt, out)
+}
+
+/// Portable version of [`max_dot_tile`] (and the reference the AVX2 kernel is tested against).
+pub fn max_dot_tile_generic(queries: &[f32], kt: &[f32], out: &mut [f32; TILE]) {
+    let d = kt.len() / TILE;
+    out.fill(f32::NEG_INFINITY);
+    for q in queries.chunks_exact(d) {
+        let mut acc = [0.0f32; TILE];
+        for (&x, keys) in q.iter().zip(kt.chunks_exact(TILE)) {
+            acc.iter_mut().zip(keys).for_each(|(a, &k)| *a += x * k);
+        }
+        out.iter_mut().zip(acc).for_each(|(o, a)| *o = o.max(a));
+    }
+}
+
+/// Lay [`TILE`] key rows out for [`max_dot_tile`]: row t is `rows[t * stride..t * stride + d]`,
+/// and `kt[j * TILE + t]` receives its element j (`kt.len() == d * TILE`).
+pub fn transpose_tile(rows: &[f32], stride: usize, kt: &mut [f32]) {
+    let d = kt.len() / TILE;
+    assert!(
+        d > 0 && kt.len() == d * TILE && stride >= d && rows.len() >= (TILE - 1) * stride + d,
+        "transpose_tile: shapes disagree"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if d.is_multiple_of(8) && has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 (checked above); lengths are checked.
+            return unsafe { transpose_tile_avx2(rows, stride, d, kt) };
+        }
+    }
+    for t in 0..TILE {
+        for (j, &v) in rows[t * stride..t * stride + d].iter().enumerate() {
+            kt[j * TILE + t] = v;
+        }
+    }
+}
+
+/// 8 x 8 blocks transposed in registers (unpack, shuffle, permute).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_tile_avx2(rows: &[f32], stride: usize, d: usize, kt: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (src, dst) = (rows.as_ptr(), kt.as_mut_ptr());
+    for t0 in (0..TILE).step_by(8) {
+        for j0 in (0..d).step_by(8) {
+            let r: [__m256; 8] =
+                std::array::from_fn(|i| _mm256_loadu_ps(src.add((t0 + i) * stride + j0)));
+            let t: [__m256; 8] = std::array::from_fn(|i| {
+                let (a, b) = (r[(i / 2) * 2], r[(i / 2) * 2 + 1]);
+                if i % 2 == 0 {
+                    _mm256_unpacklo_ps(a, b)
+                } else {
+                    _mm256_unpackhi_ps(a, b)
+                }
+            });
+            // u[k] for k in 0..4 from rows 0..4, u[4 + k] from rows 4..8
+            let u: [__m256; 8] = std::array::from_fn(|i| {
+                let base = (i / 4) * 4;
+                let (a, b) = (t[base + (i % 4) / 2], t[base + 2 + (i % 4) / 2]);
+                if i % 2 == 0 {
+                    _mm256_shuffle_ps::<0x44>(a, b)
+                } else {
+                    _mm256_shuffle_ps::<0xEE>(a, b)
+                }
+            });
+            for k in 0..4 {
+                let lo = _mm256_permute2f128_ps::<0x20>(u[k], u[4 + k]);
+                let hi = _mm256_permute2f128_ps::<0x31>(u[k], u[4 + k]);
+                _mm256_storeu_ps(dst.add((j0 + k) * TILE + t0), lo);
+                _mm256_storeu_ps(dst.add((j0 + 4 + k) * TILE + t0), hi);
+            }
+        }
+    }
+}
+
+/// Queries per block of the AVX2 tile kernel: 2 x 6 accumulators + 2 key registers + 1
+/// broadcast fit the 16 AVX registers.
+#[cfg(target_arch = "x86_64")]
+const TILE_QUERIES: usize = 6;
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn max_dot_tile_avx2(queries: &[f32], kt: &[f32], d: usize, out: &mut [f32; TILE]) {
+    use std::arch::x86_64::*;
+    let nq = queries.len() / d;
+    let mut best = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+    let mut i = 0;
+    while i + TILE_QUERIES <= nq {
+        tile_block::<TILE_QUERIES>(queries.as_ptr().add(i * d), kt.as_ptr(), d, &mut best);
+        i += TILE_QUERIES;
+    }
+    while i < nq {
+        tile_block::<1>(queries.as_ptr().add(i * d), kt.as_ptr(), d, &mut best);
+        i += 1;
+    }
+    _mm256_storeu_ps(out.as_mut_ptr(), best[0]);
+    _mm256_storeu_ps(out.as_mut_ptr().add(8), best[1]);
+}
+
+/// `R` consecutive queries against one tile; folds their dot products into `best`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_block<const R: usize>(
+    q: *const f32,
+    kt: *const f32,
+    d: usize,
+    best: &mut [std::arch::x86_64::__m256; 2],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    for j in 0..d {
+        let k0 = _mm256_loadu_ps(kt.add(j * TILE));
+        let k1 = _mm256_loadu_ps(kt.add(j * TILE + 8));
+        for (r, a) in acc.iter_mut().enumerate() {
+            let x = _mm256_broadcast_ss(&*q.add(r * d + j));
+            a[0] = _mm256_fmadd_ps(x, k0, a[0]);
+            a[1] = _mm256_fmadd_ps(x, k1, a[1]);
+        }
+    }
+    for a in &acc {
+        best[0] = _mm256_max_ps(best[0], a[0]);
+        best[1] = _mm256_max_ps(best[1], a[1]);
     }
 }
 
@@ -229,6 +415,15 @@ mod tests {
     }
 
     #[test]
+    fn dot_fast_matches_the_scalar_dot() {
+        for d in [8, 16, 64, 12, 256] {
+            let (a, b) = (data(d, 1), data(d, 2));
+            let (got, want) = (dot_fast(&a, &b), dot(&a, &b));
+            assert!((got - want).abs() <= 1e-5 * (1.0 + want.abs()), "d={d}");
+        }
+    }
+
+    #[test]
     fn picks_the_largest_not_the_first() {
         let k = vec![1.0f32; 64];
         let mut q = vec![0.0f32; 64 * 6];
@@ -262,6 +457,51 @@ mod tests {
         assert!((b - max_bound_generic(&q, &mn, &mx)).abs() < 1e-3);
         for k in &keys {
             assert!(b >= max_dot_generic(&q, k) - 1e-4);
+        }
+    }
+
+    #[test]
+    fn tile_matches_per_key_max_dot() {
+        for d in [8, 64, 12, 256] {
+            for nq in 0..15 {
+                let q = data(nq * d, 3 + nq as u32);
+                let keys = data(TILE * d, 11);
+                let mut kt = vec![0.0; TILE * d];
+                for t in 0..TILE {
+                    for j in 0..d {
+                        kt[j * TILE + t] = keys[t * d + j];
+                    }
+                }
+                let mut out = [0.0; TILE];
+                max_dot_tile(&q, &kt, &mut out);
+                for t in 0..TILE {
+                    let want = max_dot_generic(&q, &keys[t * d..(t + 1) * d]);
+                    if nq == 0 {
+                        assert_eq!(out[t], f32::NEG_INFINITY);
+                    } else {
+                        assert!(
+                            (out[t] - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "d={d} nq={nq} t={t}: {} vs {want}",
+                            out[t]
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn transpose_tile_matches_the_definition() {
+        for d in [8, 64, 12] {
+            let stride = 3 * d;
+            let rows = data((TILE - 1) * stride + d, 4);
+            let mut kt = vec![0.0; TILE * d];
+            transpose_tile(&rows, stride, &mut kt);
+            for t in 0..TILE {
+                for j in 0..d {
+                    assert_eq!(kt[j * TILE + t], rows[t * stride + j], "d={d} t={t} j={j}");
+                }
+            }
         }
     }
 }

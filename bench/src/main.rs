@@ -80,6 +80,9 @@ pub struct Cli {
     /// Speed: the beacon budget, and the cache size of the plain-llama.cpp limit [default: 512; --quick: 64]
     #[arg(long, value_name = "N")]
     pub speed_budget: Option<u32>,
+    /// Speed: also time a prompt of N tokens per config (compression clamps n_ubatch); 0 = skip [default: 2048; --quick: 256]
+    #[arg(long, value_name = "N")]
+    pub prompt_len: Option<u32>,
     /// Modes to run [default: all]
     #[arg(long, value_delimiter = ',', value_enum, value_name = "LIST")]
     pub only: Option<Vec<Mode>>,
@@ -122,6 +125,7 @@ pub struct Settings {
     pub depths: Vec<f64>,
     pub lengths: Vec<u32>,
     pub speed_budget: u32,
+    pub prompt_len: u32,
     pub modes: Vec<Mode>,
     pub out: Option<PathBuf>,
     pub threads: u32,
@@ -226,6 +230,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
         depths,
         lengths,
         speed_budget: pick(cli.speed_budget, quick, 64, 512),
+        prompt_len: pick(cli.prompt_len, quick, 256, 2048),
         modes,
         out: cli.out,
         threads: cli.threads,
@@ -335,7 +340,12 @@ pub fn mode_args(
             opt("--length", s.passkey_length.to_string());
             opt("--depths", join(&s.depths));
         }
-        Mode::Speed => opt("--lengths", join(&s.lengths)),
+        Mode::Speed => {
+            opt("--lengths", join(&s.lengths));
+            if s.prompt_len > 0 {
+                opt("--prompt-len", s.prompt_len.to_string());
+            }
+        }
     }
     a.extend(s.llama_args.iter().cloned());
     a
@@ -357,7 +367,10 @@ pub fn estimate_seconds(s: &Settings) -> Vec<(Mode, f64)> {
                     let per = s.passkey_length as f64 / (rate * EST_PREFILL_FACTOR) + 8.0 / rate;
                     load + s.depths.len() as f64 * (n + 1.0) * per
                 }
-                Mode::Speed => load + (2.0 * max_len + (s.speed_budget as f64).min(max_len)) / rate,
+                Mode::Speed => {
+                    let prompt = 3.0 * s.prompt_len as f64 / (rate * EST_PREFILL_FACTOR);
+                    load + (2.0 * max_len + (s.speed_budget as f64).min(max_len)) / rate + prompt
+                }
             };
             (m, secs)
         })

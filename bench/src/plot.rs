@@ -300,7 +300,7 @@ pub fn plot_all(runs: &[ModeRun], dir: &Path) -> Result<Vec<PathBuf>, String> {
 
     // Speed and memory vs context.
     if let Some(run) = of(Mode::Speed).next() {
-        if let Parsed::Speed(rows) = &run.parsed {
+        if let Parsed::Speed { rows, .. } = &run.parsed {
             let path = dir.join("speed_vs_context.png");
             draw_chart(&Chart {
                 path: &path,

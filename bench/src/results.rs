@@ -134,11 +134,43 @@ impl SpeedRow {
     }
 }
 
+/// speed, with `--prompt-len`: one prompt processed by one config.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+pub struct PromptRow {
+    pub config: String,
+    pub policy: String,
+    pub budget: i64,
+    pub prompt_tokens: i64,
+    /// The physical batch the context ran with (compression clamps it).
+    pub n_ubatch: i64,
+    #[serde(deserialize_with = "num")]
+    pub prompt_ms: f64,
+    #[serde(deserialize_with = "num")]
+    pub plugin_ms: f64,
+}
+
+impl PromptRow {
+    pub fn tokens_per_s(&self) -> f64 {
+        if self.prompt_ms > 0.0 {
+            self.prompt_tokens as f64 * 1000.0 / self.prompt_ms
+        } else {
+            f64::NAN
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Parsed {
-    Quality { ppl_ref: f64, rows: Vec<QualityRow> },
+    Quality {
+        ppl_ref: f64,
+        rows: Vec<QualityRow>,
+    },
     Passkey(Vec<PasskeyRow>),
-    Speed(Vec<SpeedRow>),
+    /// Decode checkpoints, and prompt processing when it was measured.
+    Speed {
+        rows: Vec<SpeedRow>,
+        prompt: Vec<PromptRow>,
+    },
 }
 
 /// One `beaconkv-eval` invocation and what it measured.
@@ -232,7 +264,13 @@ pub fn parse_eval_json(mode: Mode, bytes: &[u8]) -> Result<(Value, Parsed), Stri
             Parsed::Quality { ppl_ref, rows }
         }
         Mode::Passkey => Parsed::Passkey(serde_json::from_value(results).map_err(err)?),
-        Mode::Speed => Parsed::Speed(serde_json::from_value(results).map_err(err)?),
+        Mode::Speed => Parsed::Speed {
+            rows: serde_json::from_value(results).map_err(err)?,
+            prompt: match raw.get("prompt") {
+                Some(p) => serde_json::from_value(p.clone()).map_err(err)?,
+                None => Vec::new(),
+            },
+        },
     };
     Ok((raw, parsed))
 }
@@ -389,6 +427,45 @@ pub fn speed_table(rows: &[SpeedRow]) -> String {
     s
 }
 
+/// Prompt processing: one row per config, against the uncompressed run when there is one.
+pub fn prompt_table(rows: &[PromptRow]) -> String {
+    let base = rows
+        .iter()
+        .find(|r| r.policy == "none")
+        .map(|r| r.tokens_per_s());
+    let head: Vec<String> = [
+        "config",
+        "n_ubatch",
+        "prompt tok/s",
+        "vs none",
+        "plugin share",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut s = md_header(&head);
+    for r in rows {
+        let tps = r.tokens_per_s();
+        let vs = match base {
+            Some(b) if r.policy != "none" && b > 0.0 => format!("{:+.0}%", (tps / b - 1.0) * 100.0),
+            _ => "–".to_string(),
+        };
+        let share = if r.prompt_ms > 0.0 {
+            format!("{:.1}%", r.plugin_ms / r.prompt_ms * 100.0)
+        } else {
+            "n/a".to_string()
+        };
+        s.push_str(&md_row(&[
+            r.config.clone(),
+            r.n_ubatch.to_string(),
+            fmt_num(tps, 1),
+            vs,
+            share,
+        ]));
+    }
+    s
+}
+
 /// All tables as one markdown document (also printed to stdout).
 pub fn summary_markdown(runs: &[ModeRun]) -> String {
     let mut s = String::new();
@@ -407,7 +484,18 @@ pub fn summary_markdown(runs: &[ModeRun]) -> String {
         let table = match &run.parsed {
             Parsed::Quality { ppl_ref, rows } => quality_table(run.mode, *ppl_ref, rows),
             Parsed::Passkey(rows) => passkey_table(rows),
-            Parsed::Speed(rows) => speed_table(rows),
+            Parsed::Speed { rows, prompt } => {
+                let mut t = speed_table(rows);
+                if !prompt.is_empty() {
+                    let n = prompt[0].prompt_tokens;
+                    let _ = write!(
+                        t,
+                        "\n### Prompt processing ({n} tokens)\n\n{}",
+                        prompt_table(prompt)
+                    );
+                }
+                t
+            }
         };
         s.push_str(&table);
         s.push('\n');
@@ -418,7 +506,7 @@ pub fn summary_markdown(runs: &[ModeRun]) -> String {
 // ---------------------------------------------------------------------------------------------
 // CSV
 
-pub const CSV_COLUMNS: [&str; 24] = [
+pub const CSV_COLUMNS: [&str; 27] = [
     "mode",
     "text",
     "config",
@@ -443,6 +531,9 @@ pub const CSV_COLUMNS: [&str; 24] = [
     "cells_physical",
     "kv_bytes_per_cell",
     "kv_mib",
+    "prompt_tokens",
+    "n_ubatch",
+    "prompt_ms",
 ];
 
 /// One CSV field, quoted when needed (RFC 4180).
@@ -517,7 +608,7 @@ pub fn to_csv(runs: &[ModeRun]) -> String {
                     ]);
                 }
             }
-            Parsed::Speed(rows) => {
+            Parsed::Speed { rows, prompt } => {
                 for r in rows {
                     emit(vec![
                         ("config", r.config.clone()),
@@ -531,6 +622,17 @@ pub fn to_csv(runs: &[ModeRun]) -> String {
                         ("kv_mib", csv_num(r.kv_mib())),
                         ("plugin_ms", csv_num(r.plugin_ms)),
                         ("decode_ms", csv_num(r.decode_ms)),
+                    ]);
+                }
+                for r in prompt {
+                    emit(vec![
+                        ("config", r.config.clone()),
+                        ("policy", r.policy.clone()),
+                        ("budget", r.budget.to_string()),
+                        ("prompt_tokens", r.prompt_tokens.to_string()),
+                        ("n_ubatch", r.n_ubatch.to_string()),
+                        ("prompt_ms", csv_num(r.prompt_ms)),
+                        ("plugin_ms", csv_num(r.plugin_ms)),
                     ]);
                 }
             }
@@ -551,7 +653,7 @@ mod tests {
     // A raw newline inside the answer string, as the tool writes it.
     const PASSKEY: &str = "{\"mode\": \"passkey\", \"length\": 256, \"results\": [{\"config\": \"beacon:32\", \"policy\": \"beacon\", \"budget\": 32, \"depth\": 0.5, \"n_tokens\": 270, \"found\": true, \"answer\": \" 14271.\nThe\", \"cells_peak\": 64}, {\"config\": \"beacon:32\", \"policy\": \"beacon\", \"budget\": 32, \"depth\": 0.9, \"n_tokens\": 270, \"found\": false, \"answer\": \" 1, \\\"inf\\\"\", \"cells_peak\": 64}, {\"config\": \"none\", \"policy\": \"none\", \"budget\": 0, \"depth\": 0.5, \"n_tokens\": 270, \"found\": true, \"answer\": \" 14271\", \"cells_peak\": 278}]}";
 
-    const SPEED: &str = r#"{"mode": "speed", "results": [{"config": "none", "policy": "none", "budget": 0, "context": 128, "ms_per_token": 2.5, "cells": 128, "cells_physical": 264, "kv_bytes_per_cell": 4096, "plugin_ms": 0, "decode_ms": 300}, {"config": "beacon:64", "policy": "beacon", "budget": 64, "context": 128, "ms_per_token": 2, "cells": 64, "cells_physical": 81, "kv_bytes_per_cell": 4096, "plugin_ms": 30, "decode_ms": 240}, {"config": "none", "policy": "none", "budget": 0, "context": 256, "ms_per_token": 4, "cells": 256, "cells_physical": 1048576, "kv_bytes_per_cell": 4096, "plugin_ms": 0, "decode_ms": 700}]}"#;
+    const SPEED: &str = r#"{"mode": "speed", "results": [{"config": "none", "policy": "none", "budget": 0, "context": 128, "ms_per_token": 2.5, "cells": 128, "cells_physical": 264, "kv_bytes_per_cell": 4096, "plugin_ms": 0, "decode_ms": 300}, {"config": "beacon:64", "policy": "beacon", "budget": 64, "context": 128, "ms_per_token": 2, "cells": 64, "cells_physical": 81, "kv_bytes_per_cell": 4096, "plugin_ms": 30, "decode_ms": 240}, {"config": "none", "policy": "none", "budget": 0, "context": 256, "ms_per_token": 4, "cells": 256, "cells_physical": 1048576, "kv_bytes_per_cell": 4096, "plugin_ms": 0, "decode_ms": 700}], "prompt": [{"config": "none", "policy": "none", "budget": 0, "prompt_tokens": 256, "n_ubatch": 512, "prompt_ms": 640, "plugin_ms": 0, "cells": 256}, {"config": "beacon:64", "policy": "beacon", "budget": 64, "prompt_tokens": 256, "n_ubatch": 32, "prompt_ms": 1280, "plugin_ms": 128, "cells": 64}]}"#;
 
     fn run(mode: Mode, json: &str) -> ModeRun {
         let (raw, parsed) = parse_eval_json(mode, json.as_bytes()).unwrap();
@@ -611,10 +713,12 @@ mod tests {
     #[test]
     fn parses_speed() {
         let r = run(Mode::Speed, SPEED);
-        let Parsed::Speed(rows) = r.parsed else {
+        let Parsed::Speed { rows, prompt } = r.parsed else {
             panic!("not speed")
         };
         assert_eq!(rows.len(), 3);
+        assert_eq!(prompt.len(), 2);
+        assert_eq!(prompt[1].tokens_per_s(), 200.0);
         assert_eq!(rows[2].kv_mib(), 4096.0);
         assert_eq!(rows[1].plugin_share(), 0.125);
     }
@@ -688,9 +792,17 @@ mod tests {
     #[test]
     fn speed_table_rows() {
         let r = run(Mode::Speed, SPEED);
-        let Parsed::Speed(rows) = &r.parsed else {
+        let Parsed::Speed { rows, prompt } = &r.parsed else {
             panic!()
         };
+        let p = prompt_table(prompt);
+        let plines: Vec<&str> = p.lines().collect();
+        assert_eq!(
+            plines[0],
+            "| config | n_ubatch | prompt tok/s | vs none | plugin share |"
+        );
+        assert_eq!(plines[2], "| none | 512 | 400.0 | – | 0.0% |");
+        assert_eq!(plines[3], "| beacon:64 | 32 | 200.0 | -50% | 10.0% |");
         let t = speed_table(rows);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
@@ -721,12 +833,12 @@ mod tests {
         let csv = to_csv(&runs);
         let header = csv.lines().next().unwrap();
         assert_eq!(header, CSV_COLUMNS.join(","));
-        // 3 + 3 + 3 rows; the newline in the quoted answer adds one physical line.
-        assert_eq!(csv.lines().count(), 1 + 9 + 1);
+        // 3 + 3 + 3 + 2 (prompt) rows; the newline in the quoted answer adds one physical line.
+        assert_eq!(csv.lines().count(), 1 + 11 + 1);
         let first = csv.lines().nth(1).unwrap();
         assert_eq!(
             first,
-            "agree,,beacon:32,beacon,32,0.95,0.0123,13.1,12.5,40,120,15,1.5,30.25,,,,,,,,,,"
+            "agree,,beacon:32,beacon,32,0.95,0.0123,13.1,12.5,40,120,15,1.5,30.25,,,,,,,,,,,,,"
         );
         assert!(csv.contains(",\" 14271.\nThe\","));
         assert!(csv.contains(",\" 1, \"\"inf\"\"\","));
@@ -735,7 +847,12 @@ mod tests {
             .find(|l| l.starts_with("speed,,beacon:64"))
             .unwrap();
         assert_eq!(speed.split(',').count(), CSV_COLUMNS.len());
-        assert!(speed.ends_with(",128,2,64,81,4096,0.31640625"));
+        assert!(speed.ends_with(",128,2,64,81,4096,0.31640625,,,"));
+        let prompt = csv.lines().last().unwrap();
+        assert_eq!(
+            prompt,
+            "speed,,beacon:64,beacon,64,,,,,,,,128,,,,,,,,,,,,256,32,1280"
+        );
         assert_eq!(csv_field("a,b"), "\"a,b\"");
         assert_eq!(csv_field("plain"), "plain");
     }
@@ -749,7 +866,8 @@ mod tests {
             run(Mode::Speed, SPEED),
         ];
         let md = summary_markdown(&runs);
-        assert_eq!(md.matches("## ").count(), 4);
+        assert_eq!(md.lines().filter(|l| l.starts_with("## ")).count(), 4);
+        assert!(md.contains("### Prompt processing (256 tokens)"));
         assert!(md.contains("| beacon | 0.950 / 0.0123 |"));
         assert!(md.contains("(ref 3.25)"));
         assert!(md.contains("| none | – | 100% (1/1) |"));

@@ -15,7 +15,8 @@ use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
-use crate::simd::{dots, max_bound, max_dot};
+use crate::rope::RotationMemo;
+use crate::simd::{dots, max_bound, max_dot, max_dot_tile, transpose_tile, TILE};
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
@@ -125,6 +126,10 @@ pub struct AttentionKernel {
     /// `[kv head][query of the group][dim]`.
     queries: Vec<f32>,
     k_row: Vec<f32>,
+    /// `[kv head][dim][TILE]`: the keys of one tile of cells, transposed for `max_dot_tile`.
+    k_tile: Vec<f32>,
+    /// `[cell of the tile][kv head][dim]`: K rows of one tile before the transposition.
+    k_tile_rows: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
     /// Probability scoring: `[kv head][cell][query of the group]` logits of one layer.
@@ -136,6 +141,8 @@ pub struct AttentionKernel {
     /// `extra_max` call on the same sequence that follows it (RoPE is the costly part).
     recall_queries: Vec<(usize, Vec<f32>)>,
     recall_seq: Option<i32>,
+    /// Rotations of one call (`run`, `page_bounds`, `extra_max`), shared across its layers.
+    rotations: RotationMemo,
 }
 
 impl AttentionKernel {
@@ -159,7 +166,7 @@ impl AttentionKernel {
                 let dst = &mut self.queries[slot * d..(slot + 1) * d];
                 dst.copy_from_slice(q);
                 if let Some(rope) = &layer.rope {
-                    rope.rotate(dst, p);
+                    rope.rotate_with(dst, self.rotations.get(layer.rope_id, rope, p));
                 }
                 if layer.hadamard_n > 0 {
                     hadamard_inplace(dst, layer.hadamard_n);
@@ -186,6 +193,7 @@ impl AttentionKernel {
         out: &mut [f32],
     ) {
         out[..n_pages].fill(f32::NEG_INFINITY);
+        self.rotations.clear();
         self.recall_queries
             .resize(ctx.layers.len(), (0, Vec::new()));
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
@@ -217,6 +225,7 @@ impl AttentionKernel {
     pub fn extra_max(&mut self, ctx: &ScoreCtx, source: QuerySource, out: &mut [f32]) {
         let Some(extra) = ctx.extra else { return };
         out[..extra.n].fill(f32::NEG_INFINITY);
+        self.rotations.clear();
         let cached = self.recall_seq.take() == Some(ctx.seq)
             && self.recall_queries.len() == ctx.layers.len();
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
@@ -252,6 +261,7 @@ impl AttentionKernel {
         source: QuerySource,
     ) -> Result<(), ScoreError> {
         self.recall_seq = None; // run prepares other queries over the same scratch
+        self.rotations.clear();
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);
         let n = n_cells + n_extra;
@@ -279,32 +289,58 @@ impl AttentionKernel {
                 self.logits.resize(n_kv * n * per_group, 0.0);
             }
             let out = rows.add_rows(n_kv);
-            for (c, &cell) in ctx.cells.iter().enumerate() {
-                for g in 0..n_kv {
-                    let k: &[f32] = if layer.k_direct {
-                        // SAFETY: the host described this tensor and listed this cell as in use.
-                        unsafe {
-                            read_k_row(
-                                layer.k_data.0,
-                                layer.k_type,
-                                layer.k_nb1,
-                                layer.k_nb2,
-                                ctx.stream as usize,
-                                cell as usize,
-                                g,
-                                &mut self.k_row,
-                            )
-                        };
-                        &self.k_row
-                    } else {
-                        &self.k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
-                    };
-                    let group = &self.queries[g * group_len..(g + 1) * group_len];
-                    if ctx.prob {
+            if ctx.prob {
+                for (c, &cell) in ctx.cells.iter().enumerate() {
+                    for g in 0..n_kv {
+                        let k = Self::key(&mut self.k_row, &self.k_rows, ctx, layer, (c, cell, g));
                         let at = (g * n + c) * per_group;
+                        let group = &self.queries[g * group_len..(g + 1) * group_len];
                         dots(group, k, &mut self.logits[at..at + per_group]);
+                    }
+                }
+            } else {
+                // TILE cells at a time, keys transposed into the lanes of the tile kernel
+                let row_len = n_kv * d; // one cell's K: [kv head][dim]
+                self.k_tile.resize(n_kv * d * TILE, 0.0);
+                self.k_tile_rows.resize(TILE * row_len, 0.0);
+                let mut best = [0.0f32; TILE];
+                for (t0, tile) in ctx.cells.chunks(TILE).enumerate() {
+                    let c0 = t0 * TILE;
+                    let rows: &[f32] = if layer.k_direct {
+                        for (t, &cell) in tile.iter().enumerate() {
+                            for g in 0..n_kv {
+                                let at = t * row_len + g * d;
+                                // SAFETY: the host described this tensor and listed this cell
+                                // as in use.
+                                unsafe {
+                                    read_k_row(
+                                        layer.k_data.0,
+                                        layer.k_type,
+                                        layer.k_nb1,
+                                        layer.k_nb2,
+                                        ctx.stream as usize,
+                                        cell as usize,
+                                        g,
+                                        &mut self.k_tile_rows[at..at + d],
+                                    )
+                                };
+                            }
+                        }
+                        &self.k_tile_rows
+                    } else if tile.len() == TILE {
+                        &self.k_rows[c0 * row_len..(c0 + TILE) * row_len]
                     } else {
-                        out[g * n + c] = max_dot(group, k);
+                        let have = &self.k_rows[c0 * row_len..(c0 + tile.len()) * row_len];
+                        self.k_tile_rows[..have.len()].copy_from_slice(have);
+                        &self.k_tile_rows
+                    };
+                    for g in 0..n_kv {
+                        let kt = &mut self.k_tile[g * d * TILE..(g + 1) * d * TILE];
+                        transpose_tile(&rows[g * d..], row_len, kt);
+                        let group = &self.queries[g * group_len..(g + 1) * group_len];
+                        max_dot_tile(group, kt, &mut best);
+                        out[g * n + c0..g * n + c0 + tile.len()]
+                            .copy_from_slice(&best[..tile.len()]);
                     }
                 }
             }
@@ -329,6 +365,37 @@ impl AttentionKernel {
             }
         }
         Ok(())
+    }
+
+    /// K row of listed cell `c` (`cell` in the cache), kv head `g`: read and dequantised through
+    /// the tensor pointer, or taken from the rows `run` fetched through the host.
+    fn key<'a>(
+        k_row: &'a mut [f32],
+        k_rows: &'a [f32],
+        ctx: &ScoreCtx,
+        layer: &LayerDesc,
+        (c, cell, g): (usize, u32, usize),
+    ) -> &'a [f32] {
+        let d = layer.head_dim;
+        if layer.k_direct {
+            // SAFETY: the host described this tensor and listed this cell as in use.
+            unsafe {
+                read_k_row(
+                    layer.k_data.0,
+                    layer.k_type,
+                    layer.k_nb1,
+                    layer.k_nb2,
+                    ctx.stream as usize,
+                    cell as usize,
+                    g,
+                    k_row,
+                )
+            };
+            k_row
+        } else {
+            let n_kv = layer.n_head_kv;
+            &k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
+        }
     }
 
     /// From this layer's logits, `out[g*n + c]` = the largest log attention probability any query
