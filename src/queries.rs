@@ -19,8 +19,8 @@ use crate::state::{ReadResult, Reader, Writer};
 #[derive(Clone, Debug, Default)]
 pub struct QueryScratch {
     fps: FpsScratch,
-    /// One head's chosen beacons while they are compacted.
-    head: Vec<f32>,
+    /// Which slots of one head FPS chose.
+    chosen: Vec<bool>,
 }
 
 /// Which views a store maintains and how large they are.
@@ -120,13 +120,21 @@ impl LayerQueries {
             let base = h * self.cap * d;
             let head = &mut self.buf[base..base + self.count * d];
             let chosen = farthest_point_sampling_in(head, self.count, d, keep, &mut scratch.fps);
-            scratch.head.clear();
-            for &src in chosen {
-                scratch
-                    .head
-                    .extend_from_slice(&head[src * d..(src + 1) * d]);
+            // Chosen rows already in the first `keep` slots stay; the others move into the
+            // slots of those not chosen. Few rows move (the buffer is cold memory by now, as
+            // the forward pass streams the weights through the cache), and the beacons' order
+            // does not matter: scores take their max.
+            let mark = &mut scratch.chosen;
+            mark.clear();
+            mark.resize(self.count, false);
+            chosen.iter().for_each(|&c| mark[c] = true);
+            let mut free = (0..keep).filter(|&s| !mark[s]);
+            for &src in chosen.iter().filter(|&&c| c >= keep) {
+                let dst = free
+                    .next()
+                    .expect("as many free slots as chosen rows outside them");
+                head.copy_within(src * d..(src + 1) * d, dst * d);
             }
-            head[..keep * d].copy_from_slice(&scratch.head);
         }
         self.count = keep;
         self.n_beacons = keep;
@@ -296,6 +304,40 @@ mod tests {
         assert_eq!(l.beacons(0).len(), 2 * 4);
         assert_eq!(l.recent(0).1, &[5]);
         assert_eq!(l.ring(0).1.len(), 3);
+    }
+
+    #[test]
+    fn refresh_keeps_exactly_the_rows_fps_chooses() {
+        let (n_head, d) = (3, 8);
+        let mut l = LayerQueries::new(&cfg(4, 6), n_head, d);
+        let mut scratch = QueryScratch::default();
+        let mut rows: Vec<Vec<f32>> = Vec::new();
+        let mut s = 17u32;
+        for p in 0..10 {
+            let row: Vec<f32> = (0..n_head * d)
+                .map(|_| {
+                    s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+                })
+                .collect();
+            l.push(&row, p, &mut scratch);
+            rows.push(row);
+        }
+        l.refresh_beacons(&mut scratch);
+        for h in 0..n_head {
+            let head: Vec<f32> = rows
+                .iter()
+                .flat_map(|r| r[h * d..(h + 1) * d].to_vec())
+                .collect();
+            let mut want: Vec<Vec<f32>> = crate::fps::farthest_point_sampling(&head, 10, d, 4)
+                .iter()
+                .map(|&i| head[i * d..(i + 1) * d].to_vec())
+                .collect();
+            let mut got: Vec<Vec<f32>> = l.beacons(h).chunks(d).map(|c| c.to_vec()).collect();
+            want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            assert_eq!(got, want, "head {h}");
+        }
     }
 
     #[test]
