@@ -140,6 +140,28 @@ pub fn repo_root() -> PathBuf {
     here.parent().unwrap_or(here).to_path_buf()
 }
 
+/// `--policies` of both benchmarks: names of policies (with `+archive[_TYPE]`), never `none`.
+pub fn check_policies(policies: &[String]) -> Result<(), String> {
+    if policies.is_empty() {
+        return Err("--policies needs at least one policy".into());
+    }
+    for p in policies {
+        if p == "none" {
+            return Err(
+                "--policies: 'none' (the full cache) is the reference and always measured".into(),
+            );
+        }
+        if p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
+        {
+            return Err(format!("--policies: invalid policy name '{p}'"));
+        }
+    }
+    Ok(())
+}
+
 fn pick<T>(given: Option<T>, quick: bool, q: T, full: T) -> T {
     given.unwrap_or(if quick { q } else { full })
 }
@@ -164,23 +186,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     if budgets.is_empty() || budgets.contains(&0) {
         return Err("--budgets needs positive numbers, e.g. 128,256".into());
     }
-    if policies.is_empty() {
-        return Err("--policies needs at least one policy".into());
-    }
-    for p in &policies {
-        if p == "none" {
-            return Err(
-                "--policies: 'none' (the full cache) is the reference and always measured".into(),
-            );
-        }
-        if p.is_empty()
-            || !p
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
-        {
-            return Err(format!("--policies: invalid policy name '{p}'"));
-        }
-    }
+    check_policies(&policies)?;
     if depths.is_empty() || depths.iter().any(|d| !(0.0..=1.0).contains(d)) {
         return Err("--depths needs numbers between 0 and 1".into());
     }

@@ -148,23 +148,7 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
         return Err("--budgets needs numbers of at least 8, e.g. 256,512".into());
     }
-    if policies.is_empty() {
-        return Err("--policies needs at least one policy".into());
-    }
-    for p in &policies {
-        if p == "none" {
-            return Err(
-                "--policies: 'none' (the full cache) is the reference and always measured".into(),
-            );
-        }
-        if p.is_empty()
-            || !p
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(format!("--policies: invalid policy name '{p}'"));
-        }
-    }
+    crate::check_policies(&policies)?;
     if tasks.is_empty() || lengths.is_empty() || lengths.iter().any(|&l| l < 64) {
         return Err("--tasks and --lengths (at least 64 tokens) must not be empty".into());
     }
