@@ -120,6 +120,23 @@ fn recent_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(
     }
 }
 
+/// K row of `cell`, kv head `g`, dequantised straight from the layer's tensor into `dst`.
+fn read_direct(ctx: &ScoreCtx, layer: &LayerDesc, cell: u32, g: usize, dst: &mut [f32]) {
+    // SAFETY: the host described this tensor (k_direct) and listed this cell as in use.
+    unsafe {
+        read_k_row(
+            layer.k_data.0,
+            layer.k_type,
+            layer.k_nb1,
+            layer.k_nb2,
+            ctx.stream as usize,
+            cell as usize,
+            g,
+            dst,
+        )
+    };
+}
+
 /// Scratch reused across passes so the hot loop never allocates.
 #[derive(Default)]
 pub struct AttentionKernel {
@@ -310,20 +327,7 @@ impl AttentionKernel {
                         for (t, &cell) in tile.iter().enumerate() {
                             for g in 0..n_kv {
                                 let at = t * row_len + g * d;
-                                // SAFETY: the host described this tensor and listed this cell
-                                // as in use.
-                                unsafe {
-                                    read_k_row(
-                                        layer.k_data.0,
-                                        layer.k_type,
-                                        layer.k_nb1,
-                                        layer.k_nb2,
-                                        ctx.stream as usize,
-                                        cell as usize,
-                                        g,
-                                        &mut self.k_tile_rows[at..at + d],
-                                    )
-                                };
+                                read_direct(ctx, layer, cell, g, &mut self.k_tile_rows[at..at + d]);
                             }
                         }
                         &self.k_tile_rows
@@ -378,19 +382,7 @@ impl AttentionKernel {
     ) -> &'a [f32] {
         let d = layer.head_dim;
         if layer.k_direct {
-            // SAFETY: the host described this tensor and listed this cell as in use.
-            unsafe {
-                read_k_row(
-                    layer.k_data.0,
-                    layer.k_type,
-                    layer.k_nb1,
-                    layer.k_nb2,
-                    ctx.stream as usize,
-                    cell as usize,
-                    g,
-                    k_row,
-                )
-            };
+            read_direct(ctx, layer, cell, g, k_row);
             k_row
         } else {
             let n_kv = layer.n_head_kv;
