@@ -20,7 +20,7 @@ use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
-use crate::scorer::{ExtraKeys, ScoreCtx};
+use crate::scorer::{ExtraKeys, ScoreCtx, Scorer};
 use crate::select::select_evictions;
 
 /// Per-sequence recall state.
@@ -46,6 +46,8 @@ pub struct ArchScratch {
     cand_page: Vec<i32>,
     pub cand_k: Vec<Vec<f32>>,
     bounds: Vec<f32>,
+    /// Archived pages best bound first (page, bound), and the pages a step works on.
+    ranked: Vec<(i32, f32)>,
     page_ids: Vec<i32>,
     /// Cells and candidates in position order (indices into `0..n + m`).
     order: Vec<usize>,
@@ -146,8 +148,6 @@ impl Engine {
             return 0;
         };
         let sc = &mut scratch.arch;
-        let pages: Vec<(i32, &Page)> = state.archive.pages().map(|(&id, p)| (id, p)).collect();
-        sc.bounds.resize(pages.len(), 0.0);
         let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
         let ctx = ScoreCtx {
             seq,
@@ -161,29 +161,24 @@ impl Engine {
             prob: params.score_prob,
             extra: None,
         };
-        let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-        if !scorer.page_bounds(&ctx, pages.len(), &summary, &mut sc.bounds) {
+        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, |_| true, sc) {
             return 0;
         }
-        sc.page_ids.clear();
-        sc.page_ids.extend(0..pages.len() as i32);
-        let bounds = &sc.bounds;
-        sc.page_ids
-            .sort_unstable_by(|&a, &b| bounds[b as usize].total_cmp(&bounds[a as usize]));
         let limit = (params.budget / 4).max(layout.page);
         let mut n_cand = 0;
-        let mut chosen = Vec::new();
-        for &p in &sc.page_ids {
-            let (id, page) = pages[p as usize];
-            if n_cand + page.pos.len() > limit && n_cand > 0 {
+        let mut chosen = std::mem::take(&mut sc.page_ids);
+        chosen.clear();
+        for &(id, _) in &sc.ranked {
+            let len = state.archive.page(id).map_or(0, |p| p.pos.len());
+            if n_cand + len > limit && n_cand > 0 {
                 break;
             }
-            n_cand += page.pos.len();
+            n_cand += len;
             chosen.push(id);
         }
         load_candidates(layout, &state.archive, &chosen, sc);
+        sc.page_ids = chosen;
         let m = sc.cand_pos.len();
-        drop(pages);
         for &id in &sc.cand_page {
             if let Some(page) = state.archive.page_mut(id) {
                 page.checked_at = *step;
@@ -499,16 +494,6 @@ impl Engine {
         let wait = layout.page as u64;
         let sc = &mut scratch.arch;
         // 1. bounds under the newest query
-        let pages: Vec<(i32, &Page)> = state
-            .archive
-            .pages()
-            .filter(|(_, p)| p.checked_at + wait <= *step)
-            .map(|(&id, p)| (id, p))
-            .collect();
-        if pages.is_empty() {
-            return Ok(0);
-        }
-        sc.bounds.resize(pages.len(), 0.0);
         let m_pos = state.stats.pos_max + 1;
         let mut ctx = ScoreCtx {
             seq,
@@ -522,29 +507,21 @@ impl Engine {
             prob: false,
             extra: None,
         };
-        let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-        if !scorer.page_bounds(&ctx, pages.len(), &summary, &mut sc.bounds) {
+        let unchecked = |p: &Page| p.checked_at + wait <= *step;
+        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, unchecked, sc) {
             return Ok(0);
         }
         sc.page_ids.clear();
         sc.page_ids.extend(
-            (0..pages.len())
-                .filter(|&p| sc.bounds[p] > threshold)
-                .map(|p| pages[p].0),
+            sc.ranked
+                .iter()
+                .take_while(|r| r.1 > threshold)
+                .take(TARGET_PAGES)
+                .map(|r| r.0),
         );
         if sc.page_ids.is_empty() {
             return Ok(0);
         }
-        let bounds = &sc.bounds;
-        let by_id = |id: i32| {
-            pages
-                .iter()
-                .position(|p| p.0 == id)
-                .map_or(f32::MIN, |i| bounds[i])
-        };
-        sc.page_ids.sort_by(|&a, &b| by_id(b).total_cmp(&by_id(a)));
-        sc.page_ids.truncate(TARGET_PAGES);
-        drop(pages);
         // 2. exact logits of the best pages' keys
         let best_ids = std::mem::take(&mut sc.page_ids);
         load_candidates(layout, &state.archive, &best_ids, sc);
@@ -642,6 +619,33 @@ impl Engine {
         }
         Ok(k)
     }
+}
+
+/// The archived pages `keep` accepts, best bound first under the scorer's positioned queries,
+/// into `sc.ranked` as (page, bound). False when the scorer has no page bounds.
+fn rank_pages(
+    scorer: &mut dyn Scorer,
+    ctx: &ScoreCtx,
+    layout: &Layout,
+    archive: &crate::archive::SeqArchive,
+    keep: impl Fn(&Page) -> bool,
+    sc: &mut ArchScratch,
+) -> bool {
+    let pages: Vec<(i32, &Page)> = archive
+        .pages()
+        .filter(|(_, p)| keep(p))
+        .map(|(&id, p)| (id, p))
+        .collect();
+    sc.bounds.resize(pages.len(), 0.0);
+    let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
+    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bounds) {
+        return false;
+    }
+    sc.ranked.clear();
+    sc.ranked
+        .extend(pages.iter().zip(&sc.bounds).map(|(&(id, _), &b)| (id, b)));
+    sc.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
+    true
 }
 
 /// Fill the candidates (positions, pages, dequantised keys per layer) with every archived
