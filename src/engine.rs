@@ -663,7 +663,7 @@ impl Engine {
             }
             // Cells selection always keeps need no score when nothing else reads one: the
             // largest scores, unpooled, and no archive (it ranks every row it keeps).
-            let skip = if m == 0
+            let range = if m == 0
                 && self.archive.is_none()
                 && self.params.reduce == Reduce::Max
                 && self.params.span <= 1
@@ -674,14 +674,14 @@ impl Engine {
             } else {
                 (0, n)
             };
-            if let Err(e) = self.score_cells(host, seq, stream, n, m, skip) {
+            if let Err(e) = self.score_cells(host, seq, stream, n, m, Some(range)) {
                 self.enter_fallback(host, &format!("beaconkv: host callback failed: {}", e.0));
                 result = Err(EngineError::Host(e.0));
                 m = 0;
             }
         }
         if self.scoring() == Scoring::Positions {
-            self.score_cells(host, seq, stream, n, 0, (0, 0))
+            self.score_cells(host, seq, stream, n, 0, None)
                 .expect("position scoring reads nothing from the host");
         }
         let archiving = archiving && self.scoring() == Scoring::Policy;
@@ -729,8 +729,8 @@ impl Engine {
 
     /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
     /// (`m` of them, see `recall.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
-    /// for cells `scored.0..scored.1` (the others get +inf: selection keeps them anyway) or,
-    /// with an empty range (and `m == 0`), by the position-only fallback for all of them.
+    /// for cells `lo..hi` of `policy_range` (the others get +inf: selection keeps them anyway)
+    /// or, with `None` (and `m == 0`), by the position-only fallback for all of them.
     fn score_cells(
         &mut self,
         host: &mut dyn Host,
@@ -738,7 +738,7 @@ impl Engine {
         stream: u32,
         n: usize,
         m: usize,
-        scored: (usize, usize),
+        policy_range: Option<(usize, usize)>,
     ) -> Result<(), scorer::ScoreError> {
         let Engine {
             scratch: sc,
@@ -754,8 +754,8 @@ impl Engine {
             .expect("compress created the sequence's state");
         let (pos, cells) = (&sc.pos[..n], &sc.cells[..n]);
         let m_pos = (pos[n - 1] + 1).max(state.stats.pos_max + 1);
-        let by_position = scored.0 >= scored.1;
-        let (lo, hi) = if by_position { (0, n) } else { scored };
+        let by_position = policy_range.is_none();
+        let (lo, hi) = policy_range.unwrap_or((0, n));
         let ctx = ScoreCtx {
             seq,
             stream,
