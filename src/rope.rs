@@ -598,6 +598,30 @@ mod tests {
     }
 
     #[test]
+    fn memo_rotations_are_the_ropes_own() {
+        let mut memo = RotationMemo::default();
+        for (id, (r, hd)) in configs().into_iter().enumerate() {
+            for pos in [0, 7, 40000] {
+                let x = sample(hd, 3);
+                let (mut a, mut b) = (x.clone(), x.clone());
+                r.rotate(&mut a, pos);
+                r.rotate_with(&mut b, memo.get(id, &r, pos));
+                assert_eq!(a, b, "{r:?} pos {pos}: memo rotation differs");
+                r.unrotate_with(&mut b, memo.get_inverse(id, &r, pos));
+                r.unrotate(&mut a, pos);
+                assert_eq!(a, b, "{r:?} pos {pos}: memo inverse differs");
+            }
+        }
+        // ids are trusted within a call (the engine gives equal RoPEs one id): a cleared memo
+        // forgets them, so another RoPE may take an id over
+        let r1 = &configs()[1].0;
+        memo.clear();
+        let mut fresh = Vec::new();
+        r1.rotation(7, &mut fresh);
+        assert_eq!(memo.get(0, r1, 7), &fresh[..]);
+    }
+
+    #[test]
     fn relative_position_property() {
         for mode in [RopeMode::Norm, RopeMode::Neox] {
             let ff: Vec<f32> = (0..32).map(|i| 1.0 + i as f32 * 0.1).collect();
