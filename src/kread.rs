@@ -120,17 +120,6 @@ fn f32_row(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// F16 rows: IEEE half to single is exact, so `half`'s (F16C-accelerated where the CPU has
-/// it) slice conversion equals ggml's `GGML_FP16_TO_FP32`. ggml rows are 2-aligned, so the
-/// bytes are viewed in place; an odd address falls back to copying through a stack buffer.
-/// Whether the CPU converts halves in hardware (F16C with AVX; detected once).
-#[cfg(target_arch = "x86_64")]
-fn has_f16c() -> bool {
-    use std::sync::OnceLock;
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx"))
-}
-
 /// F16 to F32 eight values per instruction (exact, like every f16 to f32 conversion); the
 /// scoring pass converts every K row it reads, so this is on its path.
 #[cfg(target_arch = "x86_64")]
@@ -143,10 +132,13 @@ unsafe fn f16_row_f16c(src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// F16 rows: IEEE half to single is exact, so F16C's conversion (eight at a time) and `half`'s
+/// slice conversion both equal ggml's `GGML_FP16_TO_FP32`. Without F16C, ggml rows are 2-aligned
+/// and viewed in place; an odd address falls back to copying through a stack buffer.
 fn f16_row(src: &[u8], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if dst.len().is_multiple_of(8) && src.len() >= 2 * dst.len() && has_f16c() {
+        if dst.len().is_multiple_of(8) && src.len() >= 2 * dst.len() && crate::simd::has_f16c() {
             // SAFETY: the CPU has F16C and AVX (checked above); src holds 2 bytes per value.
             return unsafe { f16_row_f16c(src, dst) };
         }

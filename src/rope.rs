@@ -142,14 +142,10 @@ impl Rope {
 
     /// [`Rope::unrotate`] with the inverse rotation of its position, from [`inverse_rotation`].
     pub fn unrotate_with(&self, x: &mut [f32], inverse: &[[f64; 2]]) {
-        let n = self.n_dims;
-        assert!(x.len() >= n, "head of {} values < n_dims {n}", x.len());
-        assert_eq!(inverse.len(), n / 2, "rotation of another RoPE");
-        for (i, &[c, s]) in inverse.iter().enumerate() {
-            let (a, b) = self.pair(i, n);
-            let (y0, y1) = (x[a] as f64, x[b] as f64);
-            (x[a], x[b]) = ((y0 * c + y1 * s) as f32, (y1 * c - y0 * s) as f32);
-        }
+        self.for_each_pair(x, inverse, |[c, s], y0, y1| {
+            let (y0, y1) = (y0 as f64, y1 as f64);
+            ((y0 * c + y1 * s) as f32, (y1 * c - y0 * s) as f32)
+        });
     }
 
     /// YaRN correction range [low, high] in pair index, as ggml_rope_yarn_corr_dims: the pairs
@@ -221,11 +217,11 @@ impl Rope {
     /// Visit every rotated pair of `x` with its `[cos, sin]` and replace it by
     /// `f(cos_sin, x0, x1)`; dimensions past n_dims are never touched.
     #[inline(always)]
-    fn for_each_pair(
+    fn for_each_pair<T: Copy>(
         &self,
         x: &mut [f32],
-        rotation: &[[f32; 2]],
-        f: impl Fn([f32; 2], f32, f32) -> (f32, f32),
+        rotation: &[[T; 2]],
+        f: impl Fn([T; 2], f32, f32) -> (f32, f32),
     ) {
         let n = self.n_dims;
         assert!(x.len() >= n, "head of {} values < n_dims {n}", x.len());

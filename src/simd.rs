@@ -143,6 +143,14 @@ pub fn has_fma() -> bool {
     *HAS.get_or_init(|| is_x86_feature_detected!("fma"))
 }
 
+/// Whether the CPU converts halves in hardware (F16C with AVX; detected once).
+#[cfg(target_arch = "x86_64")]
+pub fn has_f16c() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("f16c") && is_x86_feature_detected!("avx"))
+}
+
 #[cfg(target_arch = "x86_64")]
 fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
