@@ -105,7 +105,6 @@ struct Scratch {
     /// Query rows of one layer for a ubatch, when read through `Host::read_rows`.
     q_rows: Vec<f32>,
     q_row_ids: Vec<u32>,
-    q_token: Vec<f32>,
     queries: QueryScratch,
     /// RoPE rotations of the positions one capture un-rotates.
     rotations: RotationMemo,
@@ -524,30 +523,30 @@ impl Engine {
                 if r < 0 {
                     continue;
                 }
-                scratch.q_token.resize(width, 0.0);
-                if layer.q_direct {
+                let q: &[f32] = if layer.q_direct {
                     // SAFETY: the host promises row r of the query store holds width f32 values.
-                    let src = unsafe {
+                    unsafe {
                         std::slice::from_raw_parts(
                             layer.q_data.0.add(r as usize * layer.q_nb1) as *const f32,
                             width,
                         )
-                    };
-                    scratch.q_token.copy_from_slice(src);
-                } else {
-                    scratch
-                        .q_token
-                        .copy_from_slice(&scratch.q_rows[fetched * width..(fetched + 1) * width]);
-                    fetched += 1;
-                }
-                if let Some(rope) = &layer.rope {
-                    let inverse = scratch.rotations.get_inverse(layer.rope_id, rope, p);
-                    for head in scratch.q_token.chunks_exact_mut(layer.head_dim) {
-                        rope.unrotate_with(head, inverse);
                     }
-                }
-                if let Some(state) = seqs.get_mut(&s) {
-                    state.queries.layers[li].push(&scratch.q_token, p, &mut scratch.queries);
+                } else {
+                    fetched += 1;
+                    &scratch.q_rows[(fetched - 1) * width..fetched * width]
+                };
+                let Some(state) = seqs.get_mut(&s) else {
+                    continue;
+                };
+                let store = &mut state.queries.layers[li];
+                match &layer.rope {
+                    Some(rope) => {
+                        let inverse = scratch.rotations.get_inverse(layer.rope_id, rope, p);
+                        store.push_with(q, p, &mut scratch.queries, |head| {
+                            rope.unrotate_with(head, inverse)
+                        });
+                    }
+                    None => store.push(q, p, &mut scratch.queries),
                 }
             }
         }

@@ -86,6 +86,18 @@ impl LayerQueries {
 
     /// Append the pre-RoPE query of one token (`n_head * head_dim` values) at position `pos`.
     pub fn push(&mut self, q: &[f32], pos: i32, scratch: &mut QueryScratch) {
+        self.push_with(q, pos, scratch, |_| {});
+    }
+
+    /// [`LayerQueries::push`] of a query that `prepare` turns into the pre-RoPE one, head by
+    /// head, in place in the store (the capture un-rotates there: no staging copy).
+    pub fn push_with(
+        &mut self,
+        q: &[f32],
+        pos: i32,
+        scratch: &mut QueryScratch,
+        mut prepare: impl FnMut(&mut [f32]),
+    ) {
         let d = self.head_dim;
         debug_assert_eq!(q.len(), self.n_head * d);
         if self.cap > 0 {
@@ -94,8 +106,9 @@ impl LayerQueries {
             }
             let slot = self.count;
             for h in 0..self.n_head {
-                let dst = (h * self.cap + slot) * d;
-                self.buf[dst..dst + d].copy_from_slice(&q[h * d..(h + 1) * d]);
+                let dst = &mut self.buf[(h * self.cap + slot) * d..][..d];
+                dst.copy_from_slice(&q[h * d..(h + 1) * d]);
+                prepare(dst);
             }
             self.pos[slot] = pos;
             self.count += 1;
@@ -103,8 +116,9 @@ impl LayerQueries {
         if self.ring_cap > 0 {
             let slot = self.ring_next;
             for h in 0..self.n_head {
-                let dst = (h * self.ring_cap + slot) * d;
-                self.ring_buf[dst..dst + d].copy_from_slice(&q[h * d..(h + 1) * d]);
+                let dst = &mut self.ring_buf[(h * self.ring_cap + slot) * d..][..d];
+                dst.copy_from_slice(&q[h * d..(h + 1) * d]);
+                prepare(dst);
             }
             self.ring_pos[slot] = pos;
             self.ring_next = (slot + 1) % self.ring_cap;

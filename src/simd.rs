@@ -152,7 +152,7 @@ pub fn has_f16c() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
+pub(crate) fn has_avx2_fma() -> bool {
     use std::sync::OnceLock;
     static HAS: OnceLock<bool> = OnceLock::new();
     *HAS.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
