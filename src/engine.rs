@@ -92,6 +92,14 @@ enum Scoring {
     Positions,
 }
 
+/// What the policy's scorer scores in a pass: cells `range.0..range.1` of the listed ones (the
+/// others get +inf: selection keeps them anyway), and `prune_evict` (see `ScoreCtx`).
+#[derive(Clone, Copy)]
+struct PolicyScope {
+    range: (usize, usize),
+    prune_evict: Option<usize>,
+}
+
 /// Buffers reused by every compression pass and capture, so the hot path does not allocate.
 #[derive(Default)]
 struct Scratch {
@@ -662,18 +670,28 @@ impl Engine {
             }
             // Cells selection always keeps need no score when nothing else reads one: the
             // largest scores, unpooled, and no archive (it ranks every row it keeps).
-            let range = if m == 0
+            // The same conditions let the scorer stop scoring a cell once it cannot be among
+            // the `n - target` lowest (only which cells are lowest is read).
+            let only_order = m == 0
                 && self.archive.is_none()
                 && self.params.reduce == Reduce::Max
                 && self.params.span <= 1
-                && !self.params.score_prob
-            {
+                && !self.params.score_prob;
+            let range = if only_order {
                 let end = n.saturating_sub(self.params.window.max(1));
                 (prefix.min(end), end)
             } else {
                 (0, n)
             };
-            if let Err(e) = self.score_cells(host, seq, stream, n, m, Some(range)) {
+            let prune_evict = only_order.then(|| n.saturating_sub(target));
+            if let Err(e) = self.score_cells(
+                host,
+                seq,
+                stream,
+                n,
+                m,
+                Some(PolicyScope { range, prune_evict }),
+            ) {
                 self.enter_fallback(host, &format!("beaconkv: host callback failed: {}", e.0));
                 result = Err(EngineError::Host(e.0));
                 m = 0;
@@ -728,8 +746,8 @@ impl Engine {
 
     /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
     /// (`m` of them, see `recall.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
-    /// for cells `lo..hi` of `policy_range` (the others get +inf: selection keeps them anyway)
-    /// or, with `None` (and `m == 0`), by the position-only fallback for all of them.
+    /// for the cells of `policy` (see [`PolicyScope`]) or, with `None` (and `m == 0`), by the
+    /// position-only fallback for all of them.
     fn score_cells(
         &mut self,
         host: &mut dyn Host,
@@ -737,7 +755,7 @@ impl Engine {
         stream: u32,
         n: usize,
         m: usize,
-        policy_range: Option<(usize, usize)>,
+        policy: Option<PolicyScope>,
     ) -> Result<(), scorer::ScoreError> {
         let Engine {
             scratch: sc,
@@ -753,8 +771,9 @@ impl Engine {
             .expect("compress created the sequence's state");
         let (pos, cells) = (&sc.pos[..n], &sc.cells[..n]);
         let m_pos = (pos[n - 1] + 1).max(state.stats.pos_max + 1);
-        let by_position = policy_range.is_none();
-        let (lo, hi) = policy_range.unwrap_or((0, n));
+        let by_position = policy.is_none();
+        let (lo, hi) = policy.map_or((0, n), |p| p.range);
+        let prune_evict = policy.and_then(|p| p.prune_evict);
         let ctx = ScoreCtx {
             seq,
             stream,
@@ -769,6 +788,7 @@ impl Engine {
                 n: m,
                 k: &sc.arch.cand_k,
             }),
+            prune_evict,
         };
         let k = hi - lo;
         sc.rows.reset(k + m);

@@ -618,3 +618,79 @@ fn bad_hadamard_block_skips_the_layer() {
         2
     );
 }
+
+/// Passes over 12 layers: the scorer scores every cell on 8 layers only and stops scoring the
+/// cells that can no longer be evicted (`reduce=max`, no archive). What is evicted must still be
+/// exactly the full pass's choice: the reference scores every cell on every layer (recent
+/// policy, one query: the last token's, no RoPE), pass after pass as the layer order adapts.
+#[test]
+fn pruned_passes_evict_what_full_passes_would() {
+    const LAYERS: usize = 12;
+    let (n_head, n_kv) = (4usize, 2usize);
+    let params = Params::parse("recent,recent=1,budget=96,min=64,window=8,prefix=4").unwrap();
+    let mut host = FakeHost::new(LAYERS, n_head, n_kv, D, 256, 8);
+    let mut engine = Engine::new(params, &mut host);
+    let mut rng = Lcg(11);
+    // K as the cache holds it (f16), per position and layer
+    let mut keys: Vec<Vec<Vec<f32>>> = Vec::new();
+    let mut last_q: Vec<Vec<f32>> = Vec::new();
+    let mut passes = 0;
+    for p in 0..400i32 {
+        let before = host.positions(0);
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        let after = host.positions(0);
+        if after.len() < before.len() {
+            passes += 1;
+            // reference: max over layers, heads of the last query . K / sqrt(D)
+            let score = |pos: i32| -> f32 {
+                let mut best = f32::NEG_INFINITY;
+                for l in 0..LAYERS {
+                    for h in 0..n_head {
+                        let g = h / (n_head / n_kv);
+                        let k = &keys[pos as usize][l][g * D..(g + 1) * D];
+                        let q = &last_q[l][h * D..(h + 1) * D];
+                        let dot: f32 = q.iter().zip(k).map(|(a, b)| a * b).sum();
+                        best = best.max(dot / (D as f32).sqrt());
+                    }
+                }
+                best
+            };
+            let n = before.len();
+            let mut middle: Vec<i32> = before[4..n - 8].to_vec();
+            middle.sort_by(|&a, &b| score(b).total_cmp(&score(a)).then(a.cmp(&b)));
+            let mut expected: Vec<i32> = before[..4]
+                .iter()
+                .chain(&before[n - 8..])
+                .copied()
+                .collect();
+            expected.extend(&middle[..64 - 12]);
+            expected.sort_unstable();
+            assert_eq!(after, expected, "pass {passes} at position {p}");
+        }
+        let cell = host.place(0, p);
+        let mut k_pos = Vec::new();
+        last_q.clear();
+        for l in &mut host.layers {
+            let k: Vec<f32> = (0..n_kv * D)
+                .map(|_| f16::from_f32(rng.next() * 2.0).to_f32())
+                .collect();
+            for (dst, v) in l.k[cell * n_kv * D..(cell + 1) * n_kv * D]
+                .iter_mut()
+                .zip(&k)
+            {
+                *dst = f16::from_f32(*v);
+            }
+            // layers differ in scale, so maxima concentrate on some of them, and which ones
+            // changes from token to token (the order learnt from the last pass is then stale)
+            let scale = 1.0 + ((l.raw.il + p) % 5) as f32;
+            let q: Vec<f32> = (0..n_head * D).map(|_| rng.next() * scale).collect();
+            l.q[..n_head * D].copy_from_slice(&q);
+            k_pos.push(k);
+            last_q.push(q);
+        }
+        keys.push(k_pos);
+        engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+    }
+    assert!(passes >= 8, "only {passes} passes");
+}

@@ -160,6 +160,7 @@ impl Engine {
             seed: params.seed,
             prob: params.score_prob,
             extra: None,
+            prune_evict: None,
         };
         if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, |_| true, sc) {
             return 0;
@@ -506,6 +507,7 @@ impl Engine {
             seed: params.seed,
             prob: false,
             extra: None,
+            prune_evict: None,
         };
         let unchecked = |p: &Page| p.checked_at + wait <= *step;
         if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, unchecked, sc) {

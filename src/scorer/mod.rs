@@ -33,6 +33,11 @@ pub struct ScoreCtx<'a> {
     /// Archived cells scored after the cache's (recall candidates); their columns follow the
     /// cells' in every row.
     pub extra: Option<ExtraKeys<'a>>,
+    /// `Some(e)`: the pass evicts at most `e` of these cells, chosen by the largest score over
+    /// the rows (`reduce=max`), and reads no score otherwise. A scorer may then stop scoring a
+    /// cell once it provably ranks above the `e` lowest; such a cell's rows hold a lower bound
+    /// (`-inf` where unscored), which changes no eviction.
+    pub prune_evict: Option<usize>,
 }
 
 /// Keys of archived cells: per scored layer, `n` rows of `n_head_kv * head_dim` values
