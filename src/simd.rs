@@ -258,6 +258,78 @@ pub fn max_dot_tile_generic(queries: &[f32], kt: &[f32], out: &mut [f32; TILE]) 
     }
 }
 
+/// `Σ exp(row[i] - max)`: the sum inside a log-sum-exp over the cells (probability scoring,
+/// `score=prob`), eight lanes at a time where the CPU has AVX2 (a Cephes-style polynomial,
+/// within 2 ulp of `f32::exp` on the range scoring uses; summed in another order than a loop).
+pub fn sum_exp_minus(row: &[f32], max: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above).
+            return unsafe { sum_exp_minus_avx2(row, max) };
+        }
+    }
+    row.iter().map(|&v| (v - max).exp()).sum()
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sum_exp_minus_avx2(row: &[f32], max: f32) -> f32 {
+    use std::arch::x86_64::*;
+    let (n, r) = (row.len(), row.as_ptr());
+    let m = _mm256_set1_ps(max);
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        acc = _mm256_add_ps(acc, exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(r.add(i)), m)));
+        i += 8;
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+    let tail: f32 = row[i..].iter().map(|&v| (v - max).exp()).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `e^x` per lane: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for precision), a degree-6
+/// polynomial for e^r, and 2^n built in the exponent bits. Inputs are clamped to the range where
+/// the result is a normal float (below it the true value is under 1e-38).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn exp_avx2(x: std::arch::x86_64::__m256) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.33)),
+        _mm256_set1_ps(88.37),
+    );
+    let n = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(
+        x,
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    ));
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [
+        1.398_199_9e-3,
+        8.333_452e-3,
+        4.166_579_6e-2,
+        1.666_666_5e-1,
+        0.5,
+    ] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let p = _mm256_fmadd_ps(
+        p,
+        _mm256_mul_ps(r, r),
+        _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+    );
+    let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+        _mm256_cvtps_epi32(n),
+        _mm256_set1_epi32(127),
+    ));
+    _mm256_mul_ps(p, _mm256_castsi256_ps(bits))
+}
+
 /// Lay [`TILE`] key rows out for [`max_dot_tile`]: row t is `rows[t * stride..t * stride + d]`,
 /// and `kt[j * TILE + t]` receives its element j (`kt.len() == d * TILE`).
 pub fn transpose_tile(rows: &[f32], stride: usize, kt: &mut [f32]) {
@@ -353,6 +425,23 @@ unsafe fn tile_block<const R: usize>(
     best: &mut [std::arch::x86_64::__m256; 2],
 ) {
     use std::arch::x86_64::*;
+    for a in &tile_acc::<R>(q, kt, d) {
+        best[0] = _mm256_max_ps(best[0], a[0]);
+        best[1] = _mm256_max_ps(best[1], a[1]);
+    }
+}
+
+/// The dot products of `R` consecutive queries with the [`TILE`] keys of a tile, two registers
+/// of eight lanes per query.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn tile_acc<const R: usize>(
+    q: *const f32,
+    kt: *const f32,
+    d: usize,
+) -> [[std::arch::x86_64::__m256; 2]; R] {
+    use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
     for j in 0..d {
         let k0 = _mm256_loadu_ps(kt.add(j * TILE));
@@ -363,9 +452,52 @@ unsafe fn tile_block<const R: usize>(
             a[1] = _mm256_fmadd_ps(x, k1, a[1]);
         }
     }
-    for a in &acc {
-        best[0] = _mm256_max_ps(best[0], a[0]);
-        best[1] = _mm256_max_ps(best[1], a[1]);
+    acc
+}
+
+/// `out[i * TILE + t] = queries[i] · key_t` for every query and the [`TILE`] keys of `kt`
+/// (transposed as for [`max_dot_tile`]): all the logits of a tile, for probability scoring.
+pub fn dot_tile_all(queries: &[f32], kt: &[f32], out: &mut [f32]) {
+    let d = kt.len() / TILE;
+    assert!(
+        d > 0 && kt.len() == d * TILE && queries.len() / d * TILE == out.len(),
+        "dot_tile_all: shapes disagree"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are checked.
+            return unsafe { dot_tile_all_avx2(queries, kt, d, out) };
+        }
+    }
+    for (q, o) in queries.chunks_exact(d).zip(out.chunks_exact_mut(TILE)) {
+        o.fill(0.0);
+        for (&x, keys) in q.iter().zip(kt.chunks_exact(TILE)) {
+            o.iter_mut().zip(keys).for_each(|(a, &k)| *a += x * k);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_tile_all_avx2(queries: &[f32], kt: &[f32], d: usize, out: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let nq = queries.len() / d;
+    let (q, o) = (queries.as_ptr(), out.as_mut_ptr());
+    let store = |i: usize, acc: &[[__m256; 2]]| {
+        for (r, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(o.add((i + r) * TILE), a[0]);
+            _mm256_storeu_ps(o.add((i + r) * TILE + 8), a[1]);
+        }
+    };
+    let mut i = 0;
+    while i + TILE_QUERIES <= nq {
+        store(i, &tile_acc::<TILE_QUERIES>(q.add(i * d), kt.as_ptr(), d));
+        i += TILE_QUERIES;
+    }
+    while i < nq {
+        store(i, &tile_acc::<1>(q.add(i * d), kt.as_ptr(), d));
+        i += 1;
     }
 }
 
@@ -397,6 +529,57 @@ mod tests {
                     assert!(
                         (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
                         "d={d} nq={nq}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sum_exp_minus_matches_f32_exp() {
+        // the range probability scoring feeds it: logits minus their largest, so <= 0
+        for n in [0, 1, 7, 8, 9, 1003] {
+            let row: Vec<f32> = (0..n)
+                .map(|i| -((i * 37 % 101) as f32) * 0.4 + 2.0)
+                .collect();
+            let want: f64 = row.iter().map(|&v| ((v - 2.0) as f64).exp()).sum();
+            let got = sum_exp_minus(&row, 2.0) as f64;
+            assert!(
+                (got - want).abs() <= 1e-6 * want.max(1e-30),
+                "n={n}: {got} vs {want}"
+            );
+        }
+        // lane by lane, without large terms hiding small errors
+        for k in 0..800 {
+            let x = -(k as f32) * 0.11;
+            let (got, want) = (sum_exp_minus(&[x; 8], 0.0) / 8.0, x.exp());
+            if want > 1e-37 {
+                assert!(
+                    ((got - want) / want).abs() <= 4e-7,
+                    "x={x}: {got} vs {want}"
+                );
+            } else {
+                assert!(got < 2e-37, "x={x}: {got}");
+            }
+        }
+    }
+
+    #[test]
+    fn dot_tile_all_gives_every_logit() {
+        for (d, nq) in [(64, 0), (64, 1), (64, 7), (64, 13), (8, 6), (12, 5)] {
+            let q = data(nq * d, 3 + nq as u32);
+            let keys = data(TILE * d, 9);
+            let mut kt = vec![0.0; TILE * d];
+            transpose_tile(&keys, d, &mut kt);
+            let mut out = vec![f32::NAN; nq * TILE];
+            dot_tile_all(&q, &kt, &mut out);
+            for i in 0..nq {
+                for t in 0..TILE {
+                    let want = dot(&q[i * d..(i + 1) * d], &keys[t * d..(t + 1) * d]);
+                    let got = out[i * TILE + t];
+                    assert!(
+                        (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "d={d} q={i} t={t}"
                     );
                 }
             }

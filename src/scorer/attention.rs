@@ -16,7 +16,9 @@ use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
 use crate::rope::RotationMemo;
-use crate::simd::{dots, max_bound, max_dot, max_dot_tile, transpose_tile, TILE};
+use crate::simd::{
+    dot_tile_all, dots, max_bound, max_dot, max_dot_tile, sum_exp_minus, transpose_tile, TILE,
+};
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
@@ -142,18 +144,16 @@ fn read_direct(ctx: &ScoreCtx, layer: &LayerDesc, cell: u32, g: usize, dst: &mut
 pub struct AttentionKernel {
     /// `[kv head][query of the group][dim]`.
     queries: Vec<f32>,
-    k_row: Vec<f32>,
     /// `[kv head][dim][TILE]`: the keys of one tile of cells, transposed for `max_dot_tile`.
     k_tile: Vec<f32>,
     /// `[cell of the tile][kv head][dim]`: K rows of one tile before the transposition.
     k_tile_rows: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
-    /// Probability scoring: `[kv head][cell][query of the group]` logits of one layer.
+    /// Probability scoring: `[kv head][query of the group][cell]` logits of one layer, and
+    /// `[query][TILE]` of one tile (or one archived key's, per query).
     logits: Vec<f32>,
-    /// Probability scoring: log-sum-exp over the cells, per (kv head, query), and a sum buffer.
-    lse: Vec<f32>,
-    sums: Vec<f32>,
+    tile_logits: Vec<f32>,
     /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
     /// `extra_max` call on the same sequence that follows it (RoPE is the costly part).
     recall_queries: Vec<(usize, Vec<f32>)>,
@@ -330,47 +330,45 @@ impl AttentionKernel {
                     )));
                 }
             }
-            self.k_row.resize(d, 0.0);
             if ctx.prob {
-                self.logits.resize(n_kv * n * per_group, 0.0);
+                self.logits.resize(n_kv * per_group * n, 0.0);
+                self.tile_logits.resize(per_group * TILE, 0.0);
             }
             let out = rows.add_rows(n_kv);
-            if ctx.prob {
-                for (c, &cell) in ctx.cells.iter().enumerate() {
-                    for g in 0..n_kv {
-                        let k = Self::key(&mut self.k_row, &self.k_rows, ctx, layer, (c, cell, g));
-                        let at = (g * n + c) * per_group;
-                        let group = &self.queries[g * group_len..(g + 1) * group_len];
-                        dots(group, k, &mut self.logits[at..at + per_group]);
-                    }
-                }
-            } else {
-                // TILE cells at a time, keys transposed into the lanes of the tile kernel
-                let row_len = n_kv * d; // one cell's K: [kv head][dim]
-                self.k_tile.resize(n_kv * d * TILE, 0.0);
-                self.k_tile_rows.resize(TILE * row_len, 0.0);
-                let mut best = [0.0f32; TILE];
-                for (t0, tile) in ctx.cells.chunks(TILE).enumerate() {
-                    let c0 = t0 * TILE;
-                    let rows: &[f32] = if layer.k_direct {
-                        for (t, &cell) in tile.iter().enumerate() {
-                            for g in 0..n_kv {
-                                let at = t * row_len + g * d;
-                                read_direct(ctx, layer, cell, g, &mut self.k_tile_rows[at..at + d]);
-                            }
+            // TILE cells at a time, keys transposed into the lanes of the tile kernel
+            let row_len = n_kv * d; // one cell's K: [kv head][dim]
+            self.k_tile.resize(n_kv * d * TILE, 0.0);
+            self.k_tile_rows.resize(TILE * row_len, 0.0);
+            let mut best = [0.0f32; TILE];
+            for (t0, tile) in ctx.cells.chunks(TILE).enumerate() {
+                let c0 = t0 * TILE;
+                let rows: &[f32] = if layer.k_direct {
+                    for (t, &cell) in tile.iter().enumerate() {
+                        for g in 0..n_kv {
+                            let at = t * row_len + g * d;
+                            read_direct(ctx, layer, cell, g, &mut self.k_tile_rows[at..at + d]);
                         }
-                        &self.k_tile_rows
-                    } else if tile.len() == TILE {
-                        &self.k_rows[c0 * row_len..(c0 + TILE) * row_len]
+                    }
+                    &self.k_tile_rows
+                } else if tile.len() == TILE {
+                    &self.k_rows[c0 * row_len..(c0 + TILE) * row_len]
+                } else {
+                    let have = &self.k_rows[c0 * row_len..(c0 + tile.len()) * row_len];
+                    self.k_tile_rows[..have.len()].copy_from_slice(have);
+                    &self.k_tile_rows
+                };
+                for g in 0..n_kv {
+                    let kt = &mut self.k_tile[g * d * TILE..(g + 1) * d * TILE];
+                    transpose_tile(&rows[g * d..], row_len, kt);
+                    let group = &self.queries[g * group_len..(g + 1) * group_len];
+                    if ctx.prob {
+                        // every logit of the tile, into each query's row of the layer
+                        dot_tile_all(group, kt, &mut self.tile_logits);
+                        for (q, lanes) in self.tile_logits.chunks_exact(TILE).enumerate() {
+                            let at = (g * per_group + q) * n + c0;
+                            self.logits[at..at + tile.len()].copy_from_slice(&lanes[..tile.len()]);
+                        }
                     } else {
-                        let have = &self.k_rows[c0 * row_len..(c0 + tile.len()) * row_len];
-                        self.k_tile_rows[..have.len()].copy_from_slice(have);
-                        &self.k_tile_rows
-                    };
-                    for g in 0..n_kv {
-                        let kt = &mut self.k_tile[g * d * TILE..(g + 1) * d * TILE];
-                        transpose_tile(&rows[g * d..], row_len, kt);
-                        let group = &self.queries[g * group_len..(g + 1) * group_len];
                         max_dot_tile(group, kt, &mut best);
                         out[g * n + c0..g * n + c0 + tile.len()]
                             .copy_from_slice(&best[..tile.len()]);
@@ -385,8 +383,11 @@ impl AttentionKernel {
                         let group = &self.queries[g * group_len..(g + 1) * group_len];
                         let col = n_cells + c;
                         if ctx.prob {
-                            let at = (g * n + col) * per_group;
-                            dots(group, k, &mut self.logits[at..at + per_group]);
+                            let logits = &mut self.tile_logits[..per_group];
+                            dots(group, k, logits);
+                            for (q, &v) in logits.iter().enumerate() {
+                                self.logits[(g * per_group + q) * n + col] = v;
+                            }
                         } else {
                             out[g * n + col] = max_dot(group, k);
                         }
@@ -394,7 +395,7 @@ impl AttentionKernel {
                 }
             }
             if ctx.prob {
-                self.log_probabilities(n, n_kv, per_group, out);
+                log_probabilities(&self.logits, (n, n_kv, per_group), out);
             }
         }
         Ok(())
@@ -541,56 +542,24 @@ impl AttentionKernel {
             }
         }
     }
+}
 
-    /// K row of listed cell `c` (`cell` in the cache), kv head `g`: read and dequantised through
-    /// the tensor pointer, or taken from the rows `run` fetched through the host.
-    fn key<'a>(
-        k_row: &'a mut [f32],
-        k_rows: &'a [f32],
-        ctx: &ScoreCtx,
-        layer: &LayerDesc,
-        (c, cell, g): (usize, u32, usize),
-    ) -> &'a [f32] {
-        let d = layer.head_dim;
-        if layer.k_direct {
-            read_direct(ctx, layer, cell, g, k_row);
-            k_row
-        } else {
-            let n_kv = layer.n_head_kv;
-            &k_rows[(c * n_kv + g) * d..(c * n_kv + g + 1) * d]
-        }
+/// From one layer's logits (`[kv head][query of the group][column]`, `n` columns), `out[g*n + c]`
+/// = the largest log attention probability any query of group g gives column c (each query
+/// normalised over the sequence's cells), so queries with large norms no longer dominate and
+/// heads become comparable.
+fn log_probabilities(logits: &[f32], (n, n_kv, per_group): (usize, usize, usize), out: &mut [f32]) {
+    if n == 0 {
+        return;
     }
-
-    /// From this layer's logits, `out[g*n + c]` = the largest log attention probability any query
-    /// of group g gives cell c (each query normalised over the sequence's cells), so queries with
-    /// large norms no longer dominate and heads become comparable.
-    fn log_probabilities(&mut self, n: usize, n_kv: usize, per_group: usize, out: &mut [f32]) {
-        self.lse.resize(per_group, 0.0);
-        self.sums.resize(per_group, 0.0);
-        for g in 0..n_kv {
-            let rows = &self.logits[g * n * per_group..(g + 1) * n * per_group];
-            let (lse, sums) = (&mut self.lse, &mut self.sums);
-            lse.fill(f32::NEG_INFINITY);
-            sums.fill(0.0);
-            for row in rows.chunks_exact(per_group) {
-                for (m, &v) in lse.iter_mut().zip(row) {
-                    *m = m.max(v);
-                }
-            }
-            for row in rows.chunks_exact(per_group) {
-                for ((s, &v), &m) in sums.iter_mut().zip(row).zip(lse.iter()) {
-                    *s += (v - m).exp();
-                }
-            }
-            for (m, s) in lse.iter_mut().zip(sums.iter()) {
-                *m += s.ln();
-            }
-            for (c, row) in rows.chunks_exact(per_group).enumerate() {
-                out[g * n + c] = row
-                    .iter()
-                    .zip(lse.iter())
-                    .fold(f32::NEG_INFINITY, |best, (&v, &l)| best.max(v - l));
-            }
+    for (g, best) in out.chunks_exact_mut(n).take(n_kv).enumerate() {
+        best.fill(f32::NEG_INFINITY);
+        for row in logits[g * per_group * n..(g + 1) * per_group * n].chunks_exact(n) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+            let lse = max + sum_exp_minus(row, max).ln();
+            best.iter_mut()
+                .zip(row)
+                .for_each(|(b, &v)| *b = b.max(v - lse));
         }
     }
 }
