@@ -8,7 +8,10 @@
 //!
 //! Queries are prepared once per pass into one contiguous matrix per layer (rotated to their
 //! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
-//! is then read and dequantised once and dotted against every query of its group.
+//! is then read and dequantised once and dotted against every query of its group, 16 cells at a
+//! time (`simd::max_dot_tile`; `simd::dot_tile_all` when `score=prob` needs every logit). When
+//! the pass only needs to know which cells are lowest, `run_pruned` stops scoring cells that can
+//! no longer be among them.
 
 use super::{PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::hadamard::hadamard_inplace;
