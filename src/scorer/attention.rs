@@ -153,6 +153,8 @@ pub struct AttentionKernel {
     k_tile_rows: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
+    /// `0..n` for the cells of a pass, in tiles for `load_tile`.
+    all_cols: Vec<u32>,
     /// Probability scoring: `[kv head][query of the group][cell]` logits of one layer, and
     /// `[query][TILE]` of one tile (or one archived key's, per query).
     logits: Vec<f32>,
@@ -339,30 +341,21 @@ impl AttentionKernel {
             }
             let out = rows.add_rows(n_kv);
             // TILE cells at a time, keys transposed into the lanes of the tile kernel
-            let row_len = n_kv * d; // one cell's K: [kv head][dim]
-            self.k_tile.resize(n_kv * d * TILE, 0.0);
-            self.k_tile_rows.resize(TILE * row_len, 0.0);
+            self.all_cols.clear();
+            self.all_cols.extend(0..n_cells as u32);
             let mut best = [0.0f32; TILE];
-            for (t0, tile) in ctx.cells.chunks(TILE).enumerate() {
-                let c0 = t0 * TILE;
-                let rows: &[f32] = if layer.k_direct {
-                    for (t, &cell) in tile.iter().enumerate() {
-                        for g in 0..n_kv {
-                            let at = t * row_len + g * d;
-                            read_direct(ctx, layer, cell, g, &mut self.k_tile_rows[at..at + d]);
-                        }
-                    }
-                    &self.k_tile_rows
-                } else if tile.len() == TILE {
-                    &self.k_rows[c0 * row_len..(c0 + TILE) * row_len]
-                } else {
-                    let have = &self.k_rows[c0 * row_len..(c0 + tile.len()) * row_len];
-                    self.k_tile_rows[..have.len()].copy_from_slice(have);
-                    &self.k_tile_rows
-                };
+            for tile in self.all_cols.chunks(TILE) {
+                let c0 = tile[0] as usize;
+                load_tile(
+                    ctx,
+                    layer,
+                    tile,
+                    &self.k_rows,
+                    &mut self.k_tile_rows,
+                    &mut self.k_tile,
+                );
                 for g in 0..n_kv {
-                    let kt = &mut self.k_tile[g * d * TILE..(g + 1) * d * TILE];
-                    transpose_tile(&rows[g * d..], row_len, kt);
+                    let kt = &self.k_tile[g * d * TILE..(g + 1) * d * TILE];
                     let group = &self.queries[g * group_len..(g + 1) * group_len];
                     if ctx.prob {
                         // every logit of the tile, into each query's row of the layer
@@ -521,21 +514,18 @@ impl AttentionKernel {
         let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
         let n = ctx.cells.len();
         let group_len = per_group * d;
-        let row_len = n_kv * d;
-        self.k_tile.resize(n_kv * d * TILE, 0.0);
-        self.k_tile_rows.resize(TILE * row_len, 0.0);
         let mut best = [0.0f32; TILE];
         for tile in cols.chunks(TILE) {
-            for (t, &col) in tile.iter().enumerate() {
-                let cell = ctx.cells[col as usize];
-                for g in 0..n_kv {
-                    let at = t * row_len + g * d;
-                    read_direct(ctx, layer, cell, g, &mut self.k_tile_rows[at..at + d]);
-                }
-            }
+            load_tile(
+                ctx,
+                layer,
+                tile,
+                &[],
+                &mut self.k_tile_rows,
+                &mut self.k_tile,
+            );
             for g in 0..n_kv {
-                let kt = &mut self.k_tile[g * d * TILE..(g + 1) * d * TILE];
-                transpose_tile(&self.k_tile_rows[g * d..], row_len, kt);
+                let kt = &self.k_tile[g * d * TILE..(g + 1) * d * TILE];
                 let group = &self.queries[g * group_len..(g + 1) * group_len];
                 max_dot_tile(group, kt, &mut best);
                 let row = &mut out[(first_row + g) * n..(first_row + g + 1) * n];
@@ -544,6 +534,37 @@ impl AttentionKernel {
                 }
             }
         }
+    }
+}
+
+/// K of the cells `ctx.cells[col]` for the columns of `tile` (at most [`TILE`]), transposed per
+/// kv head into `k_tile` (`[kv head][dim][TILE]`) for the tile kernels: read through the tensor
+/// pointer, or copied from `k_rows` (every listed cell's rows, fetched through the host) when the
+/// layer is not `k_direct`. `staging` holds the rows before the transposition.
+fn load_tile(
+    ctx: &ScoreCtx,
+    layer: &LayerDesc,
+    tile: &[u32],
+    k_rows: &[f32],
+    staging: &mut Vec<f32>,
+    k_tile: &mut Vec<f32>,
+) {
+    let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
+    let row_len = n_kv * d; // one cell's K: [kv head][dim]
+    staging.resize(TILE * row_len, 0.0);
+    k_tile.resize(n_kv * d * TILE, 0.0);
+    for (&col, dst) in tile.iter().zip(staging.chunks_exact_mut(row_len)) {
+        let col = col as usize;
+        if layer.k_direct {
+            for (g, head) in dst.chunks_exact_mut(d).enumerate() {
+                read_direct(ctx, layer, ctx.cells[col], g, head);
+            }
+        } else {
+            dst.copy_from_slice(&k_rows[col * row_len..(col + 1) * row_len]);
+        }
+    }
+    for (g, kt) in k_tile.chunks_exact_mut(d * TILE).enumerate() {
+        transpose_tile(&staging[g * d..], row_len, kt);
     }
 }
 
