@@ -2,11 +2,13 @@
 //! and V rows of every layer are copied here first (host memory, per sequence, keyed by
 //! position), so that a later pass can place them back when the queries need them again.
 //!
-//! Rows are grouped in pages of `page` consecutive positions. Each page keeps, per layer, the
-//! element-wise minimum and maximum of its (dequantised) keys: for any query q,
-//! `sum_j max(q_j*min_j, q_j*max_j)` bounds `q·k` of every key of the page from above, so a pass
-//! can rank pages without reading them and confirm only the best with exact scores. Removing
-//! positions from a page leaves its summary as it is: a bound over a superset is still a bound.
+//! Rows are grouped in pages of `page` consecutive positions. Each page keeps, per layer, the box
+//! its (dequantised) keys lie in, element-wise, as centre c and radius r: for any query q,
+//! `q·c + |q|·r` (= `sum_j max(q_j*min_j, q_j*max_j)`) bounds `q·k` of every key of the page
+//! from above, so a pass can rank pages without reading them and confirm only the best with
+//! exact scores. Centre and radius rather than min and max: the bound is then one dot product
+//! of `[q, |q|]` with `[c, r]`, which the scorer's tile kernel computes for 16 pages at once.
+//! Removing positions from a page leaves its box as it is: a bound over a superset is still one.
 //!
 //! Element types: `same` stores the cache's own bytes (a recall is exact); `q8_0`/`q4_0`
 //! quantise on the way in (a layer whose row is not whole blocks, or whose cache type is already
@@ -91,7 +93,7 @@ impl LayerFormat {
 pub struct Layout {
     pub layers: Vec<LayerFormat>,
     pub page: usize,
-    /// Offset of each layer's summary in a page's `kmin`/`kmax`.
+    /// Offset of each layer's summary in a page's `centre`/`radius`.
     sum_off: Vec<usize>,
 }
 
@@ -127,9 +129,10 @@ pub struct Page {
     /// Per layer, rows in `pos` order.
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
-    /// Per layer (see `Layout::sum_off`): element-wise min / max of the keys ever archived here.
-    kmin: Vec<f32>,
-    kmax: Vec<f32>,
+    /// Per layer (see `Layout::sum_off`): the element-wise box of the keys ever archived here,
+    /// as centre and radius (`-inf` radius: empty), rounded outwards (see `widen_box`).
+    centre: Vec<f32>,
+    radius: Vec<f32>,
     /// Best score a cell of the page had when it was last scored (eviction order when full).
     pub score: f32,
     /// Decode step at which the page was last evicted to or checked against the cache; recall
@@ -138,16 +141,26 @@ pub struct Page {
 }
 
 impl Page {
-    /// The key summary of layer `li`: (min, max), `k_dim` values each.
+    /// The key summary of layer `li`: (centre, radius), `k_dim` values each.
     pub fn summary<'a>(&'a self, layout: &Layout, li: usize) -> (&'a [f32], &'a [f32]) {
         let r = layout.sum_off[li]..layout.sum_off[li + 1];
-        (&self.kmin[r.clone()], &self.kmax[r])
+        (&self.centre[r.clone()], &self.radius[r])
     }
 
     fn bytes(&self) -> usize {
         let rows: usize = self.k.iter().chain(&self.v).map(Vec::len).sum();
-        rows + (self.kmin.len() + self.kmax.len()) * 4 + self.pos.len() * 4
+        rows + (self.centre.len() + self.radius.len()) * 4 + self.pos.len() * 4
     }
+}
+
+/// Widen the box (centre `c`, radius `r`) to hold `[lo, hi]` too. The result is rounded
+/// outwards (a relative 2^-20 on the radius), so `c ± r` still covers every value it held
+/// though f32 arithmetic rounds: the bound stays an upper bound.
+fn widen_box(c: &mut f32, r: &mut f32, lo: f32, hi: f32) {
+    let (lo, hi) = ((*c - *r).min(lo), (*c + *r).max(hi));
+    let half = (hi - lo) * 0.5;
+    *c = lo + half;
+    *r = half.max(hi - *c).max(*c - lo) * (1.0 + 1.0 / (1 << 20) as f32);
 }
 
 /// Rows of evicted cells as the host handed them over (the cache's own bytes).
@@ -172,6 +185,8 @@ pub struct RecallRows {
 #[derive(Default)]
 pub struct ArchiveScratch {
     f: Vec<f32>,
+    /// One row as the archive stores it (reused: no allocation per row).
+    row: Vec<u8>,
 }
 
 /// The archive of one sequence.
@@ -225,8 +240,8 @@ impl SeqArchive {
                 pos: Vec::new(),
                 k: vec![Vec::new(); layout.layers.len()],
                 v: vec![Vec::new(); layout.layers.len()],
-                kmin: vec![f32::INFINITY; layout.sum_len()],
-                kmax: vec![f32::NEG_INFINITY; layout.sum_len()],
+                centre: vec![0.0; layout.sum_len()],
+                radius: vec![f32::NEG_INFINITY; layout.sum_len()],
                 score: f32::NEG_INFINITY,
                 checked_at: now,
             });
@@ -250,18 +265,17 @@ impl SeqArchive {
                 sc.f.resize(l.k_dim, 0.0);
                 dequantize_row(l.k_type, k_raw, &mut sc.f);
                 let r = layout.sum_off[li]..layout.sum_off[li + 1];
-                for ((mn, mx), &x) in page.kmin[r.clone()]
+                for ((c, rad), &x) in page.centre[r.clone()]
                     .iter_mut()
-                    .zip(&mut page.kmax[r])
+                    .zip(&mut page.radius[r])
                     .zip(&sc.f)
                 {
-                    *mn = mn.min(x);
-                    *mx = mx.max(x);
+                    widen_box(c, rad, x, x);
                 }
-                let k_row = store_row(l.k_type, l.k_store, l.k_dim, k_raw, &mut sc.f);
-                splice_row(&mut page.k[li], at, l.k_stored(), replace, &k_row);
-                let v_row = store_row(l.v_type, l.v_store, l.v_dim, v_raw, &mut sc.f);
-                splice_row(&mut page.v[li], at, l.v_stored(), replace, &v_row);
+                let k_row = store_row(l.k_type, l.k_store, l.k_dim, k_raw, sc);
+                splice_row(&mut page.k[li], at, l.k_stored(), replace, k_row);
+                let v_row = store_row(l.v_type, l.v_store, l.v_dim, v_raw, sc);
+                splice_row(&mut page.v[li], at, l.v_stored(), replace, v_row);
             }
             page.score = page
                 .score
@@ -298,15 +312,20 @@ impl SeqArchive {
             self.n_cells -= 1;
             out.pos.push(pos);
             for (li, l) in layout.layers.iter().enumerate() {
-                let k = remove_row(&mut page.k[li], at, l.k_stored());
-                let v = remove_row(&mut page.v[li], at, l.v_stored());
+                let (ks, vs) = (l.k_stored(), l.v_stored());
+                let (k, v) = (
+                    &page.k[li][at * ks..(at + 1) * ks],
+                    &page.v[li][at * vs..(at + 1) * vs],
+                );
                 if l.exact() {
-                    out.k[li].extend_from_slice(&k);
-                    out.v[li].extend_from_slice(&v);
+                    out.k[li].extend_from_slice(k);
+                    out.v[li].extend_from_slice(v);
                 } else {
-                    push_f32(l.k_store, l.k_dim, &k, &mut f, &mut out.k[li]);
-                    push_f32(l.v_store, l.v_dim, &v, &mut f, &mut out.v[li]);
+                    push_f32(l.k_store, l.k_dim, k, &mut f, &mut out.k[li]);
+                    push_f32(l.v_store, l.v_dim, v, &mut f, &mut out.v[li]);
                 }
+                remove_row(&mut page.k[li], at, ks);
+                remove_row(&mut page.v[li], at, vs);
             }
         }
         if page.pos.is_empty() {
@@ -359,8 +378,8 @@ impl SeqArchive {
         for (&id, p) in &self.pages {
             w.i32(id);
             w.i32s(&p.pos);
-            w.f32s(&p.kmin);
-            w.f32s(&p.kmax);
+            w.f32s(&p.centre);
+            w.f32s(&p.radius);
             w.f32s(&[p.score]);
             w.u64(p.checked_at);
             for rows in p.k.iter().chain(&p.v) {
@@ -370,19 +389,22 @@ impl SeqArchive {
         }
     }
 
-    /// Read an archive saved by `save` for the same layout.
-    pub fn load(layout: &Layout, r: &mut Reader) -> ReadResult<Self> {
+    /// Read an archive saved by `save` for the same layout. `min_max`: a state of version 2,
+    /// whose page boxes were saved as minimum and maximum.
+    pub fn load(layout: &Layout, r: &mut Reader, min_max: bool) -> ReadResult<Self> {
         let mut a = SeqArchive::default();
         let n_pages = r.u64()? as usize;
         a.dropped = r.u64()?;
         for _ in 0..n_pages {
             let id = r.i32()?;
             let pos = r.i32s()?;
-            let kmin = r.f32s()?;
-            let kmax = r.f32s()?;
+            let (mut centre, mut radius) = (r.f32s()?, r.f32s()?);
             let score = r.f32s()?.first().copied().unwrap_or(f32::MIN);
             let checked_at = r.u64()?;
-            if kmin.len() != layout.sum_len() || kmax.len() != layout.sum_len() || pos.is_empty() {
+            if centre.len() != layout.sum_len()
+                || radius.len() != layout.sum_len()
+                || pos.is_empty()
+            {
                 return Err("archive page does not match this context's layers".into());
             }
             let mut k = Vec::new();
@@ -401,12 +423,19 @@ impl SeqArchive {
                     side.push(r.take(len)?.to_vec());
                 }
             }
+            if min_max {
+                for (c, r) in centre.iter_mut().zip(&mut radius) {
+                    let (lo, hi) = (*c, *r);
+                    (*c, *r) = (0.0, f32::NEG_INFINITY);
+                    widen_box(c, r, lo, hi);
+                }
+            }
             let page = Page {
                 pos,
                 k,
                 v,
-                kmin,
-                kmax,
+                centre,
+                radius,
                 score,
                 checked_at,
             };
@@ -419,24 +448,25 @@ impl SeqArchive {
 }
 
 /// The stored form of one raw row.
-fn store_row(
+/// One row as the archive stores it: the cache's bytes, or re-quantised (into `sc.row`).
+fn store_row<'a>(
     cache: GgmlType,
     store: GgmlType,
     dim: usize,
-    raw: &[u8],
-    f: &mut Vec<f32>,
-) -> Vec<u8> {
+    raw: &'a [u8],
+    sc: &'a mut ArchiveScratch,
+) -> &'a [u8] {
     if store == cache {
-        return raw.to_vec();
+        return raw;
     }
-    f.resize(dim, 0.0);
-    dequantize_row(cache, raw, f);
-    let mut out = Vec::with_capacity(store.row_size(dim));
+    sc.f.resize(dim, 0.0);
+    dequantize_row(cache, raw, &mut sc.f);
+    sc.row.clear();
     match store {
-        GgmlType::Q4_0 => quantize_q4_0(f, &mut out),
-        _ => quantize_q8_0(f, &mut out),
+        GgmlType::Q4_0 => quantize_q4_0(&sc.f, &mut sc.row),
+        _ => quantize_q8_0(&sc.f, &mut sc.row),
     }
-    out
+    &sc.row
 }
 
 fn push_f32(store: GgmlType, dim: usize, row: &[u8], f: &mut Vec<f32>, out: &mut Vec<u8>) {
@@ -447,14 +477,22 @@ fn push_f32(store: GgmlType, dim: usize, row: &[u8], f: &mut Vec<f32>, out: &mut
     }
 }
 
+/// Put `row` at row index `at` of `rows` (rows of `size` bytes), over the row there when
+/// `replace`, else shifting the rows after it (pages fill mostly in order: usually an append).
 fn splice_row(rows: &mut Vec<u8>, at: usize, size: usize, replace: bool, row: &[u8]) {
     let start = at * size;
-    let end = if replace { start + size } else { start };
-    rows.splice(start..end, row.iter().copied());
+    if !replace {
+        let old_len = rows.len();
+        rows.resize(old_len + size, 0);
+        rows.copy_within(start..old_len, start + size);
+    }
+    rows[start..start + size].copy_from_slice(row);
 }
 
-fn remove_row(rows: &mut Vec<u8>, at: usize, size: usize) -> Vec<u8> {
-    rows.drain(at * size..(at + 1) * size).collect()
+fn remove_row(rows: &mut Vec<u8>, at: usize, size: usize) {
+    let end = rows.len();
+    rows.copy_within((at + 1) * size..end, at * size);
+    rows.truncate(end - size);
 }
 
 #[cfg(test)]
@@ -529,11 +567,11 @@ mod tests {
                 .map(|j| ((q_seed * 7 + j) as f32 * 1.3).cos())
                 .collect();
             for (&id, page) in a.pages() {
-                let (mn, mx) = page.summary(&l, 0);
+                let (c, r) = page.summary(&l, 0);
                 let bound: f32 = q
                     .iter()
-                    .zip(mn.iter().zip(mx))
-                    .map(|(&x, (&lo, &hi))| (x * lo).max(x * hi))
+                    .zip(c.iter().zip(r))
+                    .map(|(&x, (&c, &r))| x * c + x.abs() * r)
                     .sum();
                 for idx in 0..page.pos.len() {
                     a.k_f32(&l, id, idx, 0, &mut k);
@@ -622,7 +660,7 @@ mod tests {
         let a = fill(&l, &[1, 2, 7, 40]);
         let mut w = Writer::default();
         a.save(&mut w);
-        let b = SeqArchive::load(&l, &mut Reader::new(&w.buf)).unwrap();
+        let b = SeqArchive::load(&l, &mut Reader::new(&w.buf), false).unwrap();
         assert_eq!(
             (b.n_cells(), b.bytes(), b.dropped),
             (a.n_cells(), a.bytes(), a.dropped)
@@ -630,6 +668,58 @@ mod tests {
         let mut w2 = Writer::default();
         b.save(&mut w2);
         assert_eq!(w.buf, w2.buf);
-        assert!(SeqArchive::load(&layout(ArchiveType::Same), &mut Reader::new(&w.buf)).is_err());
+        assert!(
+            SeqArchive::load(&layout(ArchiveType::Same), &mut Reader::new(&w.buf), false).is_err()
+        );
+    }
+
+    #[test]
+    fn rows_splice_and_remove_in_place() {
+        let mut rows = Vec::new();
+        splice_row(&mut rows, 0, 2, false, &[5, 5]);
+        splice_row(&mut rows, 0, 2, false, &[1, 1]); // before
+        splice_row(&mut rows, 1, 2, false, &[3, 3]); // between
+        splice_row(&mut rows, 3, 2, false, &[7, 7]); // append
+        assert_eq!(rows, [1, 1, 3, 3, 5, 5, 7, 7]);
+        splice_row(&mut rows, 2, 2, true, &[6, 6]); // replace
+        assert_eq!(rows, [1, 1, 3, 3, 6, 6, 7, 7]);
+        remove_row(&mut rows, 1, 2);
+        assert_eq!(rows, [1, 1, 6, 6, 7, 7]);
+        remove_row(&mut rows, 2, 2);
+        assert_eq!(rows, [1, 1, 6, 6]);
+    }
+
+    #[test]
+    fn version_2_boxes_load_as_centre_and_radius() {
+        let l = layout(ArchiveType::Same);
+        let a = fill(&l, &[1, 2, 3, 7, 40]);
+        // a version 2 state held each page's box as (min, max)
+        let mut old = a.clone();
+        for p in old.pages.values_mut() {
+            for (c, r) in p.centre.iter_mut().zip(&mut p.radius) {
+                (*c, *r) = (*c - *r, *c + *r);
+            }
+        }
+        let mut w = Writer::default();
+        old.save(&mut w);
+        let b = SeqArchive::load(&l, &mut Reader::new(&w.buf), true).unwrap();
+        let mut k = vec![0.0; 64];
+        for (&id, page) in b.pages() {
+            let (c, r) = page.summary(&l, 0);
+            for idx in 0..page.pos.len() {
+                b.k_f32(&l, id, idx, 0, &mut k);
+                for j in 0..64 {
+                    assert!(
+                        (k[j] - c[j]).abs() <= r[j],
+                        "page {id} key {idx} dim {j} outside"
+                    );
+                }
+            }
+            // and not a vacuous box: as wide as the original, to rounding
+            let (c0, r0) = a.page(id).unwrap().summary(&l, 0);
+            for j in 0..64 {
+                assert!((c[j] - c0[j]).abs() < 1e-5 && (r[j] - r0[j]).abs() < 1e-5);
+            }
+        }
     }
 }

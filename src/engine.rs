@@ -923,7 +923,7 @@ impl Engine {
             return Err("not a BeaconKV sequence state (bad magic)".into());
         }
         let version = r.u32()?;
-        if version != crate::state::VERSION && version != 1 {
+        if !(1..=crate::state::VERSION).contains(&version) {
             return Err(format!(
                 "state version {version} is not {}",
                 crate::state::VERSION
@@ -968,7 +968,8 @@ impl Engine {
             let len = r.u64()? as usize;
             let blob = r.take(len)?;
             if let Some(layout) = &self.archive {
-                state.archive = SeqArchive::load(layout, &mut Reader::new(blob))?;
+                let min_max = version == 2;
+                state.archive = SeqArchive::load(layout, &mut Reader::new(blob), min_max)?;
             }
         }
         r.finish()?;

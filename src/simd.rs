@@ -73,61 +73,6 @@ unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)))
 }
 
-/// Largest upper bound, over the queries, of `q·k` for any key `k` with `kmin <= k <= kmax`
-/// element-wise: `max_i sum_j max(q_ij*kmin_j, q_ij*kmax_j)` (the archive's page bound).
-pub fn max_bound(queries: &[f32], kmin: &[f32], kmax: &[f32]) -> f32 {
-    let d = kmin.len();
-    assert!(
-        d > 0 && kmax.len() == d && queries.len().is_multiple_of(d),
-        "max_bound: shapes disagree"
-    );
-    #[cfg(target_arch = "x86_64")]
-    {
-        if d.is_multiple_of(8) && has_avx2_fma() {
-            // SAFETY: the CPU supports AVX2 (checked above); lengths are checked.
-            return unsafe { max_bound_avx2(queries, kmin, kmax) };
-        }
-    }
-    max_bound_generic(queries, kmin, kmax)
-}
-
-/// Portable version of [`max_bound`].
-pub fn max_bound_generic(queries: &[f32], kmin: &[f32], kmax: &[f32]) -> f32 {
-    queries
-        .chunks_exact(kmin.len())
-        .fold(f32::NEG_INFINITY, |m, q| {
-            let b: f32 = q
-                .iter()
-                .zip(kmin.iter().zip(kmax))
-                .map(|(&x, (&lo, &hi))| (x * lo).max(x * hi))
-                .sum();
-            m.max(b)
-        })
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn max_bound_avx2(queries: &[f32], kmin: &[f32], kmax: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let d = kmin.len();
-    let mut best = f32::NEG_INFINITY;
-    for q in queries.chunks_exact(d) {
-        let mut acc = _mm256_setzero_ps();
-        let mut j = 0;
-        while j < d {
-            let x = _mm256_loadu_ps(q.as_ptr().add(j));
-            let lo = _mm256_mul_ps(x, _mm256_loadu_ps(kmin.as_ptr().add(j)));
-            let hi = _mm256_mul_ps(x, _mm256_loadu_ps(kmax.as_ptr().add(j)));
-            acc = _mm256_add_ps(acc, _mm256_max_ps(lo, hi));
-            j += 8;
-        }
-        let mut lanes = [0.0f32; 8];
-        _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
-        best = best.max(lanes.iter().sum());
-    }
-    best
-}
-
 /// Portable version (and the reference the AVX2 kernel is tested against).
 pub fn max_dot_generic(queries: &[f32], k: &[f32]) -> f32 {
     queries
@@ -352,16 +297,45 @@ pub fn transpose_tile(rows: &[f32], stride: usize, kt: &mut [f32]) {
     }
 }
 
-/// 8 x 8 blocks transposed in registers (unpack, shuffle, permute).
+/// [`transpose_tile`] of rows that lie anywhere: row t is `rows[t]` (each `d` long; a tile of
+/// fewer than [`TILE`] rows leaves the other lanes of `kt` as they were).
+pub fn transpose_rows(rows: &[&[f32]], kt: &mut [f32]) {
+    let d = kt.len() / TILE;
+    assert!(
+        d > 0 && kt.len() == d * TILE && rows.len() <= TILE && rows.iter().all(|r| r.len() == d),
+        "transpose_rows: shapes disagree"
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        if d.is_multiple_of(8) && rows.len() == TILE && has_avx2_fma() {
+            let ptrs: [*const f32; TILE] = std::array::from_fn(|t| rows[t].as_ptr());
+            // SAFETY: the CPU supports AVX2 (checked above); every row holds d values.
+            return unsafe { transpose_avx2(|t| ptrs[t], d, kt) };
+        }
+    }
+    for (t, row) in rows.iter().enumerate() {
+        for (j, &v) in row.iter().enumerate() {
+            kt[j * TILE + t] = v;
+        }
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn transpose_tile_avx2(rows: &[f32], stride: usize, d: usize, kt: &mut [f32]) {
+    let src = rows.as_ptr();
+    transpose_avx2(|t| src.add(t * stride), d, kt)
+}
+
+/// 8 x 8 blocks transposed in registers (unpack, shuffle, permute); row t starts at `row(t)`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_avx2(row: impl Fn(usize) -> *const f32, d: usize, kt: &mut [f32]) {
     use std::arch::x86_64::*;
-    let (src, dst) = (rows.as_ptr(), kt.as_mut_ptr());
+    let dst = kt.as_mut_ptr();
     for t0 in (0..TILE).step_by(8) {
         for j0 in (0..d).step_by(8) {
-            let r: [__m256; 8] =
-                std::array::from_fn(|i| _mm256_loadu_ps(src.add((t0 + i) * stride + j0)));
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(row(t0 + i).add(j0)));
             let t: [__m256; 8] = std::array::from_fn(|i| {
                 let (a, b) = (r[(i / 2) * 2], r[(i / 2) * 2 + 1]);
                 if i % 2 == 0 {
@@ -621,34 +595,6 @@ mod tests {
         q[64 * 4..64 * 5].iter_mut().for_each(|v| *v = 2.0); // query 4 dots to 128
         q[64 * 5] = -1.0;
         assert_eq!(max_dot(&q, &k), 128.0);
-    }
-
-    #[test]
-    fn max_bound_matches_generic_and_bounds_keys() {
-        let d = 64;
-        let q: Vec<f32> = (0..3 * d)
-            .map(|i| ((i * 37 % 101) as f32 - 50.0) * 0.03)
-            .collect();
-        let keys: Vec<Vec<f32>> = (0..5)
-            .map(|r| {
-                (0..d)
-                    .map(|j| (((r * 7 + j) * 13 % 29) as f32 - 14.0) * 0.1)
-                    .collect()
-            })
-            .collect();
-        let mut mn = vec![f32::INFINITY; d];
-        let mut mx = vec![f32::NEG_INFINITY; d];
-        for k in &keys {
-            for j in 0..d {
-                mn[j] = mn[j].min(k[j]);
-                mx[j] = mx[j].max(k[j]);
-            }
-        }
-        let b = max_bound(&q, &mn, &mx);
-        assert!((b - max_bound_generic(&q, &mn, &mx)).abs() < 1e-3);
-        for k in &keys {
-            assert!(b >= max_dot_generic(&q, k) - 1e-4);
-        }
     }
 
     #[test]

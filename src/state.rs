@@ -7,7 +7,8 @@
 //! error.
 
 pub const MAGIC: &[u8; 4] = b"BKVS";
-pub const VERSION: u32 = 2;
+/// 1: no archive; 2: archive page boxes as min/max; 3: as centre/radius (2 still loads).
+pub const VERSION: u32 = 3;
 
 /// Appends values to a byte buffer.
 #[derive(Default)]

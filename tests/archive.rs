@@ -271,3 +271,124 @@ fn a_failing_write_kv_drops_the_placed_cells_and_turns_the_archive_off() {
     );
     assert!(engine.is_enabled(), "the policy itself keeps running");
 }
+
+/// The scorer's page bounds (through the tile kernel, from centre and radius) are never below the
+/// exact logit of any key inside the page's box, on every (layer, kv head) row, for queries of
+/// mixed signs and sizes, and the best corner of the box reaches them (tight, not just safe).
+#[test]
+fn page_bounds_never_underestimate_exact_logits() {
+    use beaconkv::host::LayerDesc;
+    use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
+    use beaconkv::scorer::{for_policy, ExtraKeys, ScoreCtx, ScoreRows};
+
+    const HEADS: usize = 4;
+    const KV: usize = 2;
+    const DIM: usize = 32;
+    const PAGES: usize = 21; // more than one tile, the last one partial
+    const KEYS: usize = 8; // keys per page: the corners of its box
+    let host = FakeHost::new(2, HEADS, KV, DIM, 8, 1);
+    let layers: Vec<LayerDesc> = host
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(i, l)| LayerDesc::from_raw(i as i32, &l.raw, true, false).unwrap())
+        .collect();
+    let cfg = QueryConfig {
+        n_beacons: 2,
+        n_recent: 4,
+        fps: true,
+        ring: false,
+    };
+    let mut rng = Lcg(7);
+    let mut queries = SeqQueries {
+        layers: layers
+            .iter()
+            .map(|_| LayerQueries::new(&cfg, HEADS, DIM))
+            .collect(),
+    };
+    for p in 0..6 {
+        for lq in &mut queries.layers {
+            let q: Vec<f32> = (0..HEADS * DIM).map(|_| 3.0 * rng.next()).collect();
+            lq.push(&q, p, &mut QueryScratch::default());
+        }
+    }
+    // per layer and page: a box (min, max), wide in 3 dims of each kv head and flat in the rest,
+    // and its 8 corners as keys: the corner a query likes best is among them, so a bound that
+    // shaved any width off the box would fall below an exact logit
+    const WIDE: [usize; 3] = [1, 9, 30];
+    let row = KV * DIM;
+    let mut boxes = vec![vec![(vec![0.0f32; row], vec![0.0f32; row]); PAGES]; layers.len()];
+    let mut keys = vec![vec![0.0f32; PAGES * KEYS * row]; layers.len()];
+    for (li, layer_boxes) in boxes.iter_mut().enumerate() {
+        for (p, (mn, mx)) in layer_boxes.iter_mut().enumerate() {
+            for j in 0..row {
+                let a = 2.0 * rng.next();
+                let b = if WIDE.contains(&(j % DIM)) {
+                    2.0 * rng.next()
+                } else {
+                    a
+                };
+                (mn[j], mx[j]) = (a.min(b), a.max(b));
+                for k in 0..KEYS {
+                    let w = WIDE.iter().position(|&x| x == j % DIM);
+                    let hi = w.is_some_and(|w| (k >> w) & 1 == 1);
+                    keys[li][(p * KEYS + k) * row + j] = if hi { mx[j] } else { mn[j] };
+                }
+            }
+        }
+    }
+    let ctx = |extra| ScoreCtx {
+        seq: 0,
+        stream: 0,
+        cells: &[],
+        pos: &[],
+        m_pos: 6,
+        layers: &layers,
+        queries: &queries,
+        seed: 1,
+        prob: false,
+        extra,
+        prune_evict: None,
+    };
+    let mut scorer = for_policy(Params::parse("beacon").unwrap().policy);
+    // as the archive keeps them: centre and radius, rounded outwards
+    let centred: Vec<Vec<(Vec<f32>, Vec<f32>)>> = boxes
+        .iter()
+        .map(|pages| {
+            pages
+                .iter()
+                .map(|(mn, mx)| {
+                    let r: Vec<f32> = mn.iter().zip(mx).map(|(a, b)| (b - a) * 0.5).collect();
+                    let c = mn.iter().zip(&r).map(|(a, r)| a + r).collect();
+                    (c, r.iter().map(|r| r * (1.0 + 1e-6)).collect())
+                })
+                .collect()
+        })
+        .collect();
+    let summary = |p: usize, li: usize| (&centred[li][p].0[..], &centred[li][p].1[..]);
+    let mut bounds = ScoreRows::default();
+    assert!(scorer.page_bounds(&ctx(None), PAGES, &summary, &mut bounds));
+    let mut exact = ScoreRows::default();
+    let extra = ExtraKeys {
+        n: PAGES * KEYS,
+        k: &keys,
+    };
+    assert!(scorer.extra_rows(&ctx(Some(extra)), &mut exact));
+    assert_eq!(bounds.n_rows(), layers.len() * KV);
+    assert_eq!(exact.n_rows(), bounds.n_rows());
+    for r in 0..bounds.n_rows() {
+        for p in 0..PAGES {
+            let best = (0..KEYS).fold(f32::NEG_INFINITY, |m, k| m.max(exact.row(r)[p * KEYS + k]));
+            let bound = bounds.row(r)[p];
+            assert!(
+                bound >= best - 1e-4,
+                "row {r} page {p}: bound {bound} < exact {best}"
+            );
+            // the best corner reaches the bound: it is tight, not just safe
+            assert!(
+                bound <= best + 1e-3 * (1.0 + best.abs()),
+                "row {r} page {p}: bound {bound} vs {best}"
+            );
+        }
+    }
+}

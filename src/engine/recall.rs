@@ -12,7 +12,7 @@
 //! `recall_margin` takes the places of the weakest kept cells (with the page after it). After a
 //! multi-token batch in the decode phase (a new user turn) a swap pass runs instead (a pass at
 //! the current size). Cells recalled are kept by the next pass (no thrashing), and a page found
-//! not needed is not checked again for a page's length of steps.
+//! not needed is not checked again for `recall_every` steps.
 
 use std::time::Instant;
 
@@ -20,7 +20,7 @@ use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
-use crate::scorer::{ExtraKeys, ScoreCtx, Scorer};
+use crate::scorer::{ExtraKeys, ScoreCtx, ScoreRows, Scorer};
 use crate::select::select_evictions;
 
 /// Per-sequence recall state.
@@ -46,6 +46,8 @@ pub struct ArchScratch {
     cand_page: Vec<i32>,
     pub cand_k: Vec<Vec<f32>>,
     bounds: Vec<f32>,
+    bound_rows: ScoreRows,
+    exact_rows: ScoreRows,
     /// Archived pages best bound first (page, bound), and the pages a step works on.
     ranked: Vec<(i32, f32)>,
     page_ids: Vec<i32>,
@@ -66,7 +68,7 @@ pub struct ArchScratch {
     archive: ArchiveScratch,
 }
 
-const TARGET_PAGES: usize = 4;
+const TARGET_PAGES: usize = 8;
 /// Pages after a recalled page that come with it.
 const READ_AHEAD: i32 = 1;
 
@@ -492,7 +494,7 @@ impl Engine {
         };
         let margin = params.recall_margin();
         let threshold = state.recall.victims[0].0 + margin;
-        let wait = layout.page as u64;
+        let wait = params.recall_every as u64;
         let sc = &mut scratch.arch;
         // 1. bounds under the newest query
         let m_pos = state.stats.pos_max + 1;
@@ -533,8 +535,14 @@ impl Engine {
             n: m,
             k: &sc.cand_k,
         });
-        sc.raw_max.resize(m, 0.0);
-        scorer.extra_max(&ctx, &mut sc.raw_max);
+        scorer.extra_rows(&ctx, &mut sc.exact_rows);
+        sc.raw_max.clear();
+        sc.raw_max.resize(m, f32::NEG_INFINITY);
+        for r in 0..sc.exact_rows.n_rows() {
+            for (b, &v) in sc.raw_max.iter_mut().zip(sc.exact_rows.row(r)) {
+                *b = b.max(v);
+            }
+        }
         let mut winners: Vec<(i32, f32)> = Vec::new();
         for &id in &sc.page_ids {
             let best = (0..m)
@@ -543,7 +551,7 @@ impl Engine {
             if best > threshold {
                 winners.push((id, best));
             } else if let Some(p) = state.archive.page_mut(id) {
-                p.checked_at = *step; // not needed now: not checked again for a page's length
+                p.checked_at = *step; // not needed now: not checked again for `recall_every` steps
             }
         }
         if winners.is_empty() {
@@ -638,10 +646,16 @@ fn rank_pages(
         .filter(|(_, p)| keep(p))
         .map(|(&id, p)| (id, p))
         .collect();
-    sc.bounds.resize(pages.len(), 0.0);
     let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bounds) {
+    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bound_rows) {
         return false;
+    }
+    sc.bounds.clear();
+    sc.bounds.resize(pages.len(), f32::NEG_INFINITY);
+    for r in 0..sc.bound_rows.n_rows() {
+        for (b, &v) in sc.bounds.iter_mut().zip(sc.bound_rows.row(r)) {
+            *b = b.max(v);
+        }
     }
     sc.ranked.clear();
     sc.ranked

@@ -20,7 +20,7 @@ use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
 use crate::rope::RotationMemo;
 use crate::simd::{
-    dot_tile_all, dots, max_bound, max_dot, max_dot_tile, sum_exp_minus, transpose_tile, TILE,
+    dot_tile_all, dots, max_dot, max_dot_tile, sum_exp_minus, transpose_rows, transpose_tile, TILE,
 };
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
@@ -64,15 +64,15 @@ impl Scorer for QueryScorer {
         ctx: &ScoreCtx,
         n_pages: usize,
         summary: &PageSummary,
-        out: &mut [f32],
+        rows: &mut ScoreRows,
     ) -> bool {
         self.kernel
-            .page_bounds(ctx, positioned_queries, n_pages, summary, out);
+            .page_bound_rows(ctx, positioned_queries, n_pages, summary, rows);
         true
     }
 
-    fn extra_max(&mut self, ctx: &ScoreCtx, out: &mut [f32]) -> bool {
-        self.kernel.extra_max(ctx, positioned_queries, out);
+    fn extra_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) -> bool {
+        self.kernel.extra_rows(ctx, positioned_queries, rows);
         true
     }
 }
@@ -167,6 +167,8 @@ pub struct AttentionKernel {
     rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
     pruning: Pruning,
+    /// Page bounds: `[kv head][query of the group][q, |q|]`.
+    bound_queries: Vec<f32>,
 }
 
 /// Layers every cell is scored on before a pruned pass stops scoring cells that cannot be
@@ -228,16 +230,17 @@ impl AttentionKernel {
         per_head * layer.group_size()
     }
 
-    /// `out[p]` = max over layers, kv heads and `source` queries of the bound of page p.
-    pub fn page_bounds(
+    /// One row per (layer, kv head), in layer order, over the pages: the bound of page p under
+    /// the group's `source` queries (a layer without queries gives rows of `-inf`).
+    pub fn page_bound_rows(
         &mut self,
         ctx: &ScoreCtx,
         source: QuerySource,
         n_pages: usize,
         summary: &PageSummary,
-        out: &mut [f32],
+        rows: &mut ScoreRows,
     ) {
-        out[..n_pages].fill(f32::NEG_INFINITY);
+        rows.reset(n_pages);
         self.rotations.clear();
         self.recall_queries
             .resize(ctx.layers.len(), (0, Vec::new()));
@@ -247,29 +250,62 @@ impl AttentionKernel {
             cached.0 = per_group;
             cached.1.clear();
             cached.1.extend_from_slice(&self.queries);
+            let out = rows.add_rows(layer.n_head_kv);
             if per_group == 0 {
+                out.fill(f32::NEG_INFINITY);
                 continue;
             }
-            let d = layer.head_dim;
-            let group_len = per_group * d;
-            for (p, best) in out[..n_pages].iter_mut().enumerate() {
-                let (mn, mx) = summary(p, li);
-                for g in 0..layer.n_head_kv {
-                    let group = &self.queries[g * group_len..(g + 1) * group_len];
-                    let r = g * d..(g + 1) * d;
-                    *best = best.max(max_bound(group, &mn[r.clone()], &mx[r]));
+            // the bound q·centre + |q|·radius is a dot product of [q, |q|] with [centre,
+            // radius]: pages go through the tile kernel as keys of twice the head dimension
+            let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
+            let d2 = 2 * d;
+            self.bound_queries.clear();
+            for q in self.queries.chunks_exact(d) {
+                self.bound_queries.extend_from_slice(q);
+                self.bound_queries.extend(q.iter().map(|x| x.abs()));
+            }
+            let group_len = per_group * d2;
+            self.k_tile.resize(d2 * TILE, 0.0);
+            let mut best = [0.0f32; TILE];
+            let mut centres: [&[f32]; TILE] = [&[]; TILE];
+            let mut radii: [&[f32]; TILE] = [&[]; TILE];
+            for p0 in (0..n_pages).step_by(TILE) {
+                let tile = p0..(p0 + TILE).min(n_pages);
+                let empty: (&[f32], &[f32]) = (&[], &[]);
+                let boxes: [(&[f32], &[f32]); TILE] = std::array::from_fn(|t| {
+                    if p0 + t < n_pages {
+                        summary(p0 + t, li)
+                    } else {
+                        empty
+                    }
+                });
+                for g in 0..n_kv {
+                    // centres into the first d rows of the tile, radii into the next d (read
+                    // in place, no staging copy: the summaries are the bulk of a check's reads)
+                    for t in 0..tile.len() {
+                        centres[t] = &boxes[t].0[g * d..(g + 1) * d];
+                        radii[t] = &boxes[t].1[g * d..(g + 1) * d];
+                    }
+                    let (kc, kr) = self.k_tile.split_at_mut(d * TILE);
+                    transpose_rows(&centres[..tile.len()], kc);
+                    transpose_rows(&radii[..tile.len()], kr);
+                    let group = &self.bound_queries[g * group_len..(g + 1) * group_len];
+                    max_dot_tile(group, &self.k_tile, &mut best);
+                    out[g * n_pages + tile.start..g * n_pages + tile.end]
+                        .copy_from_slice(&best[..tile.len()]);
                 }
             }
         }
         self.recall_seq = Some(ctx.seq);
     }
 
-    /// `out[c]` = max over layers, kv heads and `source` queries of the logit of archived key c.
-    /// Right after `page_bounds` on the same sequence (nothing captured in between: the recall
-    /// check calls them back to back) it reuses the queries that call prepared.
-    pub fn extra_max(&mut self, ctx: &ScoreCtx, source: QuerySource, out: &mut [f32]) {
+    /// One row per (layer, kv head), in layer order, over the keys of `ctx.extra`: the largest
+    /// logit the group's `source` queries give the key (`-inf` for a layer without queries).
+    /// Right after `page_bound_rows` on the same sequence (nothing captured in between: the
+    /// recall check calls them back to back) it reuses the queries that call prepared.
+    pub fn extra_rows(&mut self, ctx: &ScoreCtx, source: QuerySource, rows: &mut ScoreRows) {
         let Some(extra) = ctx.extra else { return };
-        out[..extra.n].fill(f32::NEG_INFINITY);
+        rows.reset(extra.n);
         self.rotations.clear();
         let cached = self.recall_seq.take() == Some(ctx.seq)
             && self.recall_queries.len() == ctx.layers.len();
@@ -281,16 +317,29 @@ impl AttentionKernel {
                 let k = self.prepare_queries(layer, lq, ctx.m_pos, source);
                 (k, self.queries.as_slice())
             };
+            let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
+            let out = rows.add_rows(n_kv);
             if per_group == 0 {
+                out.fill(f32::NEG_INFINITY);
                 continue;
             }
-            let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
             let group_len = per_group * d;
-            for (c, best) in out[..extra.n].iter_mut().enumerate() {
+            // TILE keys at a time through the tile kernel, as a pass scores cells
+            self.k_tile.resize(d * TILE, 0.0);
+            let mut best = [0.0f32; TILE];
+            let mut rows: [&[f32]; TILE] = [&[]; TILE];
+            let keys = &extra.k[li];
+            for c0 in (0..extra.n).step_by(TILE) {
+                let tile = c0..(c0 + TILE).min(extra.n);
                 for g in 0..n_kv {
-                    let k = &extra.k[li][(c * n_kv + g) * d..(c * n_kv + g + 1) * d];
+                    for (t, c) in tile.clone().enumerate() {
+                        rows[t] = &keys[(c * n_kv + g) * d..(c * n_kv + g + 1) * d];
+                    }
+                    transpose_rows(&rows[..tile.len()], &mut self.k_tile);
                     let group = &queries[g * group_len..(g + 1) * group_len];
-                    *best = best.max(max_dot(group, k));
+                    max_dot_tile(group, &self.k_tile, &mut best);
+                    out[g * extra.n + tile.start..g * extra.n + tile.end]
+                        .copy_from_slice(&best[..tile.len()]);
                 }
             }
         }

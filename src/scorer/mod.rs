@@ -48,7 +48,8 @@ pub struct ExtraKeys<'a> {
     pub k: &'a [Vec<f32>],
 }
 
-/// A page's key summary for scored layer `li`: element-wise (min, max) of its keys.
+/// A page's key summary for scored layer `li`: the element-wise box of its keys as (centre,
+/// radius), `n_head_kv * head_dim` values each (see `archive.rs`).
 pub type PageSummary<'s> = dyn Fn(usize, usize) -> (&'s [f32], &'s [f32]) + 's;
 
 /// Rows of scores, each `n_cols` (= cells) long, stored contiguously and reused between passes.
@@ -105,24 +106,23 @@ pub trait Scorer: Send {
         rows: &mut ScoreRows,
     ) -> Result<(), ScoreError>;
 
-    /// For each of `n_pages` archive pages, an upper bound of the logit the newest positioned
-    /// queries (`attention::RECALL_QUERIES` of them) give any key of the page (max over layers
-    /// and kv heads), from `summary(page, layer)`. Returns false (nothing written) for a scorer
-    /// that reads no queries.
+    /// Rows per (scored layer, kv head), in layer order, over `n_pages` archive pages: an upper
+    /// bound of the logit the newest positioned queries (`attention::RECALL_QUERIES` of them)
+    /// of the group give any key of the page, from `summary(page, layer)`. Returns false
+    /// (nothing written) for a scorer that reads no queries.
     fn page_bounds(
         &mut self,
         _ctx: &ScoreCtx,
         _n_pages: usize,
         _summary: &PageSummary,
-        _out: &mut [f32],
+        _rows: &mut ScoreRows,
     ) -> bool {
         false
     }
 
-    /// For each key of `ctx.extra`, the largest logit the same queries as `page_bounds` give it
-    /// (max over layers and kv heads). Returns false (nothing written) for a scorer that reads no
-    /// queries.
-    fn extra_max(&mut self, _ctx: &ScoreCtx, _out: &mut [f32]) -> bool {
+    /// Rows as `page_bounds`'s, over the keys of `ctx.extra`: the largest logit the same
+    /// queries give the key. Returns false (nothing written) for a scorer that reads no queries.
+    fn extra_rows(&mut self, _ctx: &ScoreCtx, _rows: &mut ScoreRows) -> bool {
         false
     }
 }
