@@ -9,7 +9,8 @@
 //   beaconkv-eval --mode trace   --tasks FILE.jsonl [--n-tokens N] [--chunk N] [--bucket N] [--free-max N]
 //                                --configs LIST ...   (own-trace fidelity)
 //   beaconkv-eval --mode count   --tasks FILE.jsonl   (token counts of task documents)
-//   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results.
+//   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results;
+//   agree/revisit: --per-token FILE.csv writes every scored step (NLL per config, cells recalled so far).
 //
 // LIST is comma-separated configs "policy:budget" (e.g. "beacon:256,recent:256"); "none" is the
 // uncompressed reference. Extra spec keys go after a slash: "beacon:256/reduce=zmean/span=3".
@@ -59,6 +60,7 @@ struct eval_args {
     int bucket = 256;   // trace: position bucket of the per-bucket numbers
     int free_max = 0;   // trace: longest free run (0 = --n-tokens)
     int prompt_len = 0; // speed: also time a prompt of this many tokens per config (0 = no)
+    std::string per_token; // agree/revisit: CSV of every scored step (NLL per config, recalled so far)
 };
 
 std::vector<std::string> split(const std::string & s, char sep) {
@@ -76,7 +78,8 @@ std::vector<std::string> split(const std::string & s, char sep) {
 bool take_eval_args(int & argc, char ** argv, eval_args & a) {
     const std::map<std::string, std::string *> strs = {
         {"--mode", &a.mode}, {"--configs", &a.configs}, {"--text", &a.text_file}, {"--out", &a.out},
-        {"--depths", &a.depths}, {"--lengths", &a.lengths}, {"--tasks", &a.tasks}};
+        {"--depths", &a.depths}, {"--lengths", &a.lengths}, {"--tasks", &a.tasks},
+        {"--per-token", &a.per_token}};
     const std::map<std::string, int *> ints = {{"--n-tokens", &a.n_tokens}, {"--prompt-tokens", &a.prompt_tokens},
                                                {"--passage", &a.passage},   {"--gap", &a.gap},
                                                {"--length", &a.length},     {"--chunk", &a.chunk},
@@ -277,7 +280,8 @@ void progress(int done, int total) {
 // With n_generate > 0 the reference continues the prompt greedily for n_generate tokens and every
 // compressed context is fed those tokens (agreement with the uncompressed run's own output).
 std::string run_lockstep(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
-                         std::vector<llama_token> tokens, int prompt_tokens, int ppl_from, int n_generate = 0) {
+                         std::vector<llama_token> tokens, int prompt_tokens, int ppl_from, int n_generate = 0,
+                         const std::string & per_token = "") {
     if (n_generate > 0) {
         tokens.resize(prompt_tokens + n_generate, 0);
     }
@@ -303,6 +307,20 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
     std::vector<acc> accs(runs.size());
     acc ref_acc;
     std::vector<double> lp_ref, lp;
+    // --per-token: one line per step from ppl_from on (where a recall helps or comes too late)
+    FILE * trace = nullptr;
+    if (!per_token.empty()) {
+        trace = fopen(per_token.c_str(), "w");
+        if (!trace) {
+            fprintf(stderr, "error: cannot write --per-token %s\n", per_token.c_str());
+            return "";
+        }
+        fprintf(trace, "t,token,ref_nll");
+        for (auto & r : runs) {
+            fprintf(trace, ",%s nll,%s recalled", r->cfg.name.c_str(), r->cfg.name.c_str());
+        }
+        fprintf(trace, "\n");
+    }
 
     auto step = [&](const llama_token * toks, int n) {
         if (!decode_tokens(*ref, toks, n)) {
@@ -333,6 +351,9 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
         if (t >= ppl_from) {
             ref_acc.nll -= lp_ref[next];
             ref_acc.n_ppl++;
+            if (trace) {
+                fprintf(trace, "%d,%d,%.4f", t, next, -lp_ref[next]);
+            }
         }
         for (size_t i = 0; i < runs.size(); i++) {
             const float * l = llama_get_logits_ith(runs[i]->ctx, -1);
@@ -348,13 +369,22 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
             if (t >= ppl_from) {
                 a.nll -= lp[next];
                 a.n_ppl++;
+                if (trace) {
+                    fprintf(trace, ",%.4f,%llu", -lp[next], (unsigned long long) plugin_stats(runs[i]->ctx).recalled);
+                }
             }
+        }
+        if (trace && t >= ppl_from) {
+            fprintf(trace, "\n");
         }
         if ((t + 1) % 64 == 0) {
             progress(t + 1, total);
         }
     }
     progress(total, total);
+    if (trace) {
+        fclose(trace);
+    }
 
     std::ostringstream js;
     const double ppl_ref = ref_acc.n_ppl ? std::exp(ref_acc.nll / ref_acc.n_ppl) : 0;
@@ -1034,7 +1064,8 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "error: --mode generate needs -p PROMPT or --text FILE\n");
             return 1;
         }
-        result = run_lockstep(model, params, cfgs, prompt, (int) prompt.size(), (int) prompt.size(), a.n_tokens);
+        result = run_lockstep(model, params, cfgs, prompt, (int) prompt.size(), (int) prompt.size(), a.n_tokens,
+                              a.per_token);
     } else if (a.mode == "agree" || a.mode == "revisit") {
         if (a.text_file.empty()) {
             fprintf(stderr, "error: --mode %s needs --text FILE\n", a.mode.c_str());
@@ -1061,7 +1092,7 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "error: text too short (%zu tokens)\n", toks.size());
             return 1;
         }
-        result = run_lockstep(model, params, cfgs, toks, a.prompt_tokens, ppl_from);
+        result = run_lockstep(model, params, cfgs, toks, a.prompt_tokens, ppl_from, 0, a.per_token);
     } else if (a.mode == "passkey") {
         result = run_passkey(model, params, cfgs, a);
     } else if (a.mode == "speed") {
