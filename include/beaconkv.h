@@ -102,11 +102,11 @@ typedef struct beaconkv_params {
     int32_t  page;       /* [page]    consecutive positions per archive page (summary and recall
                                       unit); default 16                                                 */
     int32_t  recall_every; /* [recall_every] decode steps between targeted recall checks (the newest
-                                      4 queries against the page bounds, exact logits for the best 4
+                                      4 queries against the page bounds, exact logits for the best 8
                                       pages; a winning page replaces the weakest kept cells); 0 = only
                                       at compression passes and after multi-token batches; default 4   */
     float    recall_margin; /* [recall_margin] logits by which an archived page must beat the weakest kept
-                                      cell at a recall check (0..1000, two decimals); default 3. Lower
+                                      cell at a recall check (0..1000, two decimals); default 2. Lower
                                       recalls more (a returning passage comes back sooner), higher
                                       disturbs ordinary text less                                       */
 } beaconkv_params;

@@ -171,7 +171,7 @@ impl Default for Params {
             archive_type: ArchiveType::Same,
             page: 16,
             recall_every: 4,
-            recall_margin_centi: 300,
+            recall_margin_centi: 200,
         }
     }
 }

@@ -571,7 +571,7 @@ pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
     archive_type: 0,
     page: 16,
     recall_every: 4,
-    recall_margin: 3.0,
+    recall_margin: 2.0,
 };
 
 impl beaconkv_params {
