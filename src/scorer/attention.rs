@@ -20,7 +20,8 @@ use crate::kread::read_k_row;
 use crate::queries::LayerQueries;
 use crate::rope::RotationMemo;
 use crate::simd::{
-    dot_tile_all, dots, max_dot, max_dot_tile, sum_exp_minus, transpose_rows, transpose_tile, TILE,
+    dot_tile_all, dots, max_dot, max_dot_lanes, max_dot_tile, sum_exp_minus, transpose_rows,
+    transpose_tile, LANE_KEYS, QUERY_LANES, TILE,
 };
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
@@ -160,14 +161,15 @@ pub struct AttentionKernel {
     logits: Vec<f32>,
     tile_logits: Vec<f32>,
     /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
-    /// `extra_max` call on the same sequence that follows it (RoPE is the costly part).
+    /// `extra_rows` call on the same sequence that follows it (RoPE is the costly part).
     recall_queries: Vec<(usize, Vec<f32>)>,
     recall_seq: Option<i32>,
-    /// Rotations of one call (`run`, `page_bounds`, `extra_max`), shared across its layers.
+    /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
     rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
     pruning: Pruning,
-    /// Page bounds: `[kv head][query of the group][q, |q|]`.
+    /// Page bounds: per kv head, `[q; |q|]` of the group's queries transposed for
+    /// `max_dot_lanes` (`[kv head][2 * dim][query, padded to QUERY_LANES]`).
     bound_queries: Vec<f32>,
 }
 
@@ -256,23 +258,28 @@ impl AttentionKernel {
                 continue;
             }
             // the bound q·centre + |q|·radius is a dot product of [q, |q|] with [centre,
-            // radius]: pages go through the tile kernel as keys of twice the head dimension
+            // radius]: the queries go transposed into the lanes of `max_dot_lanes`, which reads
+            // the boxes where they lie (a check reads every archived page once)
             let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
-            let d2 = 2 * d;
+            let nqp = per_group.next_multiple_of(QUERY_LANES);
+            let group_len = 2 * d * nqp;
             self.bound_queries.clear();
-            for q in self.queries.chunks_exact(d) {
-                self.bound_queries.extend_from_slice(q);
-                self.bound_queries.extend(q.iter().map(|x| x.abs()));
+            self.bound_queries.resize(n_kv * group_len, 0.0);
+            for (i, q) in self.queries.chunks_exact(d).enumerate() {
+                let (g, qi) = (i / per_group, i % per_group);
+                let qt = &mut self.bound_queries[g * group_len..(g + 1) * group_len];
+                for (j, &x) in q.iter().enumerate() {
+                    qt[j * nqp + qi] = x;
+                    qt[(d + j) * nqp + qi] = x.abs();
+                }
             }
-            let group_len = per_group * d2;
-            self.k_tile.resize(d2 * TILE, 0.0);
-            let mut best = [0.0f32; TILE];
-            let mut centres: [&[f32]; TILE] = [&[]; TILE];
-            let mut radii: [&[f32]; TILE] = [&[]; TILE];
-            for p0 in (0..n_pages).step_by(TILE) {
-                let tile = p0..(p0 + TILE).min(n_pages);
+            let mut best = [0.0f32; LANE_KEYS];
+            let mut centres: [&[f32]; LANE_KEYS] = [&[]; LANE_KEYS];
+            let mut radii: [&[f32]; LANE_KEYS] = [&[]; LANE_KEYS];
+            for p0 in (0..n_pages).step_by(LANE_KEYS) {
+                let chunk = p0..(p0 + LANE_KEYS).min(n_pages);
                 let empty: (&[f32], &[f32]) = (&[], &[]);
-                let boxes: [(&[f32], &[f32]); TILE] = std::array::from_fn(|t| {
+                let boxes: [(&[f32], &[f32]); LANE_KEYS] = std::array::from_fn(|t| {
                     if p0 + t < n_pages {
                         summary(p0 + t, li)
                     } else {
@@ -280,19 +287,15 @@ impl AttentionKernel {
                     }
                 });
                 for g in 0..n_kv {
-                    // centres into the first d rows of the tile, radii into the next d (read
-                    // in place, no staging copy: the summaries are the bulk of a check's reads)
-                    for t in 0..tile.len() {
+                    for t in 0..chunk.len() {
                         centres[t] = &boxes[t].0[g * d..(g + 1) * d];
                         radii[t] = &boxes[t].1[g * d..(g + 1) * d];
                     }
-                    let (kc, kr) = self.k_tile.split_at_mut(d * TILE);
-                    transpose_rows(&centres[..tile.len()], kc);
-                    transpose_rows(&radii[..tile.len()], kr);
-                    let group = &self.bound_queries[g * group_len..(g + 1) * group_len];
-                    max_dot_tile(group, &self.k_tile, &mut best);
-                    out[g * n_pages + tile.start..g * n_pages + tile.end]
-                        .copy_from_slice(&best[..tile.len()]);
+                    let qt = &self.bound_queries[g * group_len..(g + 1) * group_len];
+                    let n = chunk.len();
+                    max_dot_lanes(qt, per_group, &centres[..n], &radii[..n], &mut best);
+                    out[g * n_pages + chunk.start..g * n_pages + chunk.end]
+                        .copy_from_slice(&best[..n]);
                 }
             }
         }
