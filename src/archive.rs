@@ -7,7 +7,7 @@
 //! `q·c + |q|·r` (= `sum_j max(q_j*min_j, q_j*max_j)`) bounds `q·k` of every key of the page
 //! from above, so a pass can rank pages without reading them and confirm only the best with
 //! exact scores. Centre and radius rather than min and max: the bound is then one dot product
-//! of `[q, |q|]` with `[c, r]`, which the scorer's tile kernel computes for 16 pages at once.
+//! of `[q, |q|]` with `[c, r]` (`simd::max_dot_lanes`, eight pages at a time).
 //! Removing positions from a page leaves its box as it is: a bound over a superset is still one.
 //!
 //! Element types: `same` stores the cache's own bytes (a recall is exact); `q8_0`/`q4_0`
@@ -135,8 +135,8 @@ pub struct Page {
     radius: Vec<f32>,
     /// Best score a cell of the page had when it was last scored (eviction order when full).
     pub score: f32,
-    /// Decode step at which the page was last evicted to or checked against the cache; recall
-    /// checks skip pages checked within the last few steps (no thrashing).
+    /// Decode step at which a pass last evicted cells to the page or weighed it against the
+    /// cache; recall checks skip pages a pass touched within `recall_every` steps (no thrashing).
     pub checked_at: u64,
 }
 

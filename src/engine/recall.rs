@@ -11,8 +11,8 @@
 //! the same queries, and a page that beats the weakest cell the last pass kept by
 //! `recall_margin` takes the places of the weakest kept cells (with the page after it). After a
 //! multi-token batch in the decode phase (a new user turn) a swap pass runs instead (a pass at
-//! the current size). Cells recalled are kept by the next pass (no thrashing), and a page found
-//! not needed is not checked again for `recall_every` steps.
+//! the current size). Cells recalled are kept by the next pass, and a page a pass has just evicted
+//! or weighed is not checked for `recall_every` steps (no thrashing).
 
 use std::time::Instant;
 
@@ -275,13 +275,7 @@ impl Engine {
         // victims for the per-step recall: the kept middle with its raw max logit
         state.recall.victims.clear();
         if !params.score_prob && sc.rows.n_rows() > 0 && sc.rows.n_cols() == total {
-            a.raw_max.clear();
-            a.raw_max.extend_from_slice(sc.rows.row(0));
-            for r in 1..sc.rows.n_rows() {
-                for (o, &v) in a.raw_max.iter_mut().zip(sc.rows.row(r)) {
-                    *o = o.max(v);
-                }
-            }
+            sc.rows.max_into(&mut a.raw_max);
             let end = total.saturating_sub(params.window.max(1));
             let mut e = 0;
             for ci in prefix.min(end)..end {
@@ -474,7 +468,7 @@ impl Engine {
         }
     }
 
-    /// The per-step recall: archived pages (not checked lately) whose bound under the newest
+    /// The per-step recall: archived pages (not touched by a pass lately) whose bound under the newest
     /// query beats the weakest kept cell are checked with exact logits; a page that wins takes
     /// the places of the weakest kept cells (which are archived), with the page after it when
     /// that one is archived too (text is re-read in order). Returns the cells recalled.
@@ -536,13 +530,7 @@ impl Engine {
             k: &sc.cand_k,
         });
         scorer.extra_rows(&ctx, &mut sc.exact_rows);
-        sc.raw_max.clear();
-        sc.raw_max.resize(m, f32::NEG_INFINITY);
-        for r in 0..sc.exact_rows.n_rows() {
-            for (b, &v) in sc.raw_max.iter_mut().zip(sc.exact_rows.row(r)) {
-                *b = b.max(v);
-            }
-        }
+        sc.exact_rows.max_into(&mut sc.raw_max);
         let mut winners: Vec<(i32, f32)> = Vec::new();
         for &id in &sc.page_ids {
             let best = (0..m)
@@ -550,8 +538,6 @@ impl Engine {
                 .fold(f32::NEG_INFINITY, |b, c| b.max(sc.raw_max[c]));
             if best > threshold {
                 winners.push((id, best));
-            } else if let Some(p) = state.archive.page_mut(id) {
-                p.checked_at = *step; // not needed now: not checked again for `recall_every` steps
             }
         }
         if winners.is_empty() {
@@ -650,13 +636,7 @@ fn rank_pages(
     if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bound_rows) {
         return false;
     }
-    sc.bounds.clear();
-    sc.bounds.resize(pages.len(), f32::NEG_INFINITY);
-    for r in 0..sc.bound_rows.n_rows() {
-        for (b, &v) in sc.bounds.iter_mut().zip(sc.bound_rows.row(r)) {
-            *b = b.max(v);
-        }
-    }
+    sc.bound_rows.max_into(&mut sc.bounds);
     sc.ranked.clear();
     sc.ranked
         .extend(pages.iter().zip(&sc.bounds).map(|(&(id, _), &b)| (id, b)));

@@ -91,6 +91,18 @@ impl ScoreRows {
     pub fn row(&self, i: usize) -> &[f32] {
         &self.data[i * self.n_cols..(i + 1) * self.n_cols]
     }
+
+    /// `out[c]` = the largest value of column c over the rows (`-inf` without rows); `out` is
+    /// resized to `n_cols`.
+    pub fn max_into(&self, out: &mut Vec<f32>) {
+        out.clear();
+        out.resize(self.n_cols, f32::NEG_INFINITY);
+        for r in 0..self.n_rows {
+            for (o, &v) in out.iter_mut().zip(self.row(r)) {
+                *o = o.max(v);
+            }
+        }
+    }
 }
 
 /// Failure of a host callback while scoring.
