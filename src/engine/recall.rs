@@ -204,6 +204,7 @@ impl Engine {
     ) {
         let Engine {
             scratch: sc,
+            scorer,
             params,
             seqs,
             ..
@@ -272,10 +273,25 @@ impl Engine {
         if !archiving {
             return;
         }
-        // victims for the per-step recall: the kept middle with its raw max logit
+        // victims for the per-step recall: the kept middle with its raw max logit (under
+        // score=prob the rows hold log probabilities: the scorer kept the raw maxima)
         state.recall.victims.clear();
-        if !params.score_prob && sc.rows.n_rows() > 0 && sc.rows.n_cols() == total {
+        let raw_known = if params.score_prob {
+            match scorer.raw_max() {
+                Some(raw) if raw.len() == total => {
+                    a.raw_max.clear();
+                    a.raw_max.extend_from_slice(raw);
+                    true
+                }
+                _ => false,
+            }
+        } else if sc.rows.n_rows() > 0 && sc.rows.n_cols() == total {
             sc.rows.max_into(&mut a.raw_max);
+            true
+        } else {
+            false
+        };
+        if raw_known {
             let end = total.saturating_sub(params.window.max(1));
             let mut e = 0;
             for ci in prefix.min(end)..end {
@@ -426,7 +442,6 @@ impl Engine {
             return Ok(count);
         }
         let every = self.params.recall_every;
-        let prob = self.params.score_prob;
         let Some(state) = self.seqs.get_mut(&seq) else {
             return Ok(count);
         };
@@ -436,7 +451,7 @@ impl Engine {
         if std::mem::take(&mut state.recall.after_batch) {
             return self.compress_pass(host, seq, count, true);
         }
-        if every == 0 || prob {
+        if every == 0 {
             return Ok(count);
         }
         state.recall.since_check += 1;

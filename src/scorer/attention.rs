@@ -76,6 +76,10 @@ impl Scorer for QueryScorer {
         self.kernel.extra_rows(ctx, positioned_queries, rows);
         true
     }
+
+    fn raw_max(&self) -> Option<&[f32]> {
+        self.kernel.raw_max.as_deref()
+    }
 }
 
 /// Positioned queries the archive's recall reads: the newest few, so that a check costs little
@@ -160,6 +164,9 @@ pub struct AttentionKernel {
     /// `[query][TILE]` of one tile (or one archived key's, per query).
     logits: Vec<f32>,
     tile_logits: Vec<f32>,
+    /// Probability scoring: each column's largest raw logit over the pass (`Scorer::raw_max`);
+    /// `None` after a pass that scored logits.
+    raw_max: Option<Vec<f32>>,
     /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
     /// `extra_rows` call on the same sequence that follows it (RoPE is the costly part).
     recall_queries: Vec<(usize, Vec<f32>)>,
@@ -362,6 +369,10 @@ impl AttentionKernel {
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);
         let n = n_cells + n_extra;
+        let mut raw_max = self.raw_max.take().unwrap_or_default();
+        raw_max.clear();
+        raw_max.resize(n, f32::NEG_INFINITY);
+        self.raw_max = ctx.prob.then_some(raw_max);
         if let Some(evict) = ctx.prune_evict {
             if !ctx.prob && n_extra == 0 && ctx.layers.iter().all(|l| l.k_direct) {
                 self.run_pruned(ctx, rows, source, evict);
@@ -444,6 +455,11 @@ impl AttentionKernel {
             }
             if ctx.prob {
                 log_probabilities(&self.logits, (n, n_kv, per_group), out);
+                if let Some(raw) = self.raw_max.as_mut() {
+                    for row in self.logits.chunks_exact(n) {
+                        raw.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+                    }
+                }
             }
         }
         Ok(())

@@ -137,6 +137,14 @@ pub trait Scorer: Send {
     fn extra_rows(&mut self, _ctx: &ScoreCtx, _rows: &mut ScoreRows) -> bool {
         false
     }
+
+    /// After a `score` with `ctx.prob`: each column's largest raw logit over every row and
+    /// query (the rows hold log probabilities then). The archive's per-step recall compares
+    /// raw logits, so it needs these for the cells a pass keeps. `None` for a scorer that
+    /// keeps no logits or after a pass without `prob`.
+    fn raw_max(&self) -> Option<&[f32]> {
+        None
+    }
 }
 
 /// The scorer of a policy.
