@@ -78,7 +78,8 @@ impl Scorer for QueryScorer {
     }
 
     fn raw_max(&self) -> Option<&[f32]> {
-        self.kernel.raw_max.as_deref()
+        let raw = &self.kernel.raw_max;
+        (!raw.is_empty()).then_some(raw.as_slice())
     }
 
     fn cells_max_logit(
@@ -177,8 +178,8 @@ pub struct AttentionKernel {
     logits: Vec<f32>,
     tile_logits: Vec<f32>,
     /// Probability scoring: each column's largest raw logit over the pass (`Scorer::raw_max`);
-    /// `None` after a pass that scored logits.
-    raw_max: Option<Vec<f32>>,
+    /// empty after a pass that scored logits.
+    raw_max: Vec<f32>,
     /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
     /// `extra_rows` call on the same sequence that follows it (RoPE is the costly part).
     recall_queries: Vec<(usize, Vec<f32>)>,
@@ -423,10 +424,10 @@ impl AttentionKernel {
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);
         let n = n_cells + n_extra;
-        let mut raw_max = self.raw_max.take().unwrap_or_default();
-        raw_max.clear();
-        raw_max.resize(n, f32::NEG_INFINITY);
-        self.raw_max = ctx.prob.then_some(raw_max);
+        self.raw_max.clear();
+        if ctx.prob {
+            self.raw_max.resize(n, f32::NEG_INFINITY);
+        }
         if let Some(evict) = ctx.prune_evict {
             if !ctx.prob && n_extra == 0 && ctx.layers.iter().all(|l| l.k_direct) {
                 self.run_pruned(ctx, rows, source, evict);
@@ -509,10 +510,9 @@ impl AttentionKernel {
             }
             if ctx.prob {
                 log_probabilities(&self.logits, (n, n_kv, per_group), out);
-                if let Some(raw) = self.raw_max.as_mut() {
-                    for row in self.logits.chunks_exact(n) {
-                        raw.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
-                    }
+                for row in self.logits.chunks_exact(n) {
+                    let raw = self.raw_max.iter_mut();
+                    raw.zip(row).for_each(|(m, &v)| *m = m.max(v));
                 }
             }
         }
