@@ -9,8 +9,7 @@
 //!
 //! Between passes, every `recall_every` steps: the best pages by bound get exact logits under
 //! the same queries, and a page that beats the weakest cell the last pass kept by
-//! `recall_margin`, and in its own best row (layer, KV head) the best cell the cache holds for
-//! those queries, takes the places of the weakest kept cells (with the page after it). After a
+//! `recall_margin` takes the places of the weakest kept cells (with the page after it). After a
 //! multi-token batch in the decode phase (a new user turn) a swap pass runs instead (a pass at
 //! the current size). Cells recalled are kept by the next pass, and a page a pass has just evicted
 //! or weighed is not checked for `recall_every` steps (no thrashing).
@@ -72,10 +71,6 @@ pub struct ArchScratch {
 const TARGET_PAGES: usize = 8;
 /// Pages after a recalled page that come with it.
 const READ_AHEAD: i32 = 1;
-/// Logits by which a page recalled between passes must also beat the best cell the cache holds
-/// for the same queries, in the page's own best row (layer, KV head): beating the weakest kept
-/// cell alone recalled pages the queries would barely attend to (ordinary text lost agreement).
-const RELEVANCE_MARGIN: f32 = 0.0;
 
 impl Engine {
     /// Turn the archive on when the params ask for it, the host has its callbacks and every
@@ -563,52 +558,6 @@ impl Engine {
         if winners.is_empty() {
             return Ok(0);
         }
-        // 3. the cells, and only pages that beat what the cache already gives the same
-        // queries in the page's best row
-        let mut stream = 0u32;
-        let n = host.seq_cells(seq, &mut scratch.pos, &mut scratch.cells, &mut stream);
-        if n < 0 || n as usize > scratch.cells.len() {
-            return Ok(0); // listing failed or grew past the buffers: the next pass recalls
-        }
-        let n = n as usize;
-        {
-            let cctx = ScoreCtx {
-                seq,
-                stream,
-                cells: &scratch.cells[..n],
-                pos: &scratch.pos[..n],
-                m_pos,
-                layers,
-                queries: &state.queries,
-                seed: params.seed,
-                prob: false,
-                extra: None,
-                prune_evict: None,
-            };
-            let mut kept = Vec::with_capacity(winners.len());
-            for &(id, best) in &winners {
-                // the page's best (row, logit)
-                let mut top = (0usize, f32::NEG_INFINITY);
-                for r in 0..sc.exact_rows.n_rows() {
-                    let row = sc.exact_rows.row(r);
-                    for c in (0..m).filter(|&c| sc.cand_page[c] == id) {
-                        if row[c] > top.1 {
-                            top = (r, row[c]);
-                        }
-                    }
-                }
-                let (li, g) = row_of(layers, top.0);
-                match scorer.cells_max_logit(&cctx, host, li, g) {
-                    Ok(Some(cache)) if top.1 <= cache + RELEVANCE_MARGIN => {}
-                    Err(e) => return Err(e.0),
-                    _ => kept.push((id, best)),
-                }
-            }
-            winners = kept;
-            if winners.is_empty() {
-                return Ok(0);
-            }
-        }
         // the pages after a winner come too (text is re-read in order)
         let mut ids: Vec<(i32, f32)> = winners.clone();
         for &(id, score) in &winners {
@@ -624,7 +573,13 @@ impl Engine {
             let page = state.archive.page(id).expect("archived");
             sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
         }
-        // 4. the weakest kept cells of the last pass make room (still held, not recalled since)
+        // 3. the weakest kept cells of the last pass make room (still held, not recalled since)
+        let mut stream = 0u32;
+        let n = host.seq_cells(seq, &mut scratch.pos, &mut scratch.cells, &mut stream);
+        if n < 0 || n as usize > scratch.cells.len() {
+            return Ok(0); // listing failed or grew past the buffers: the next pass recalls
+        }
+        let n = n as usize;
         let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
         let score_of = |id: i32| ids.iter().find(|w| w.0 == id).map_or(f32::MIN, |w| w.1);
         scratch.evict_cells.clear();
@@ -655,7 +610,7 @@ impl Engine {
         }
         let recalled: Vec<(f32, i32)> =
             sc.recall.iter().map(|&(id, p)| (score_of(id), p)).collect();
-        // 5. archive and evict those cells, place the pages
+        // 4. archive and evict those cells, place the pages
         self.archive_evicted(host, seq, stream)?;
         let rc = host.seq_evict(seq, &self.scratch.evict_cells);
         if rc < 0 {
@@ -736,17 +691,4 @@ fn load_candidates(
             c += page.pos.len();
         }
     }
-}
-
-/// (scored layer, KV head) of row `row` of a scorer's rows (`n_head_kv` rows per layer, in
-/// layer order).
-fn row_of(layers: &[crate::host::LayerDesc], row: usize) -> (usize, usize) {
-    let mut r = row;
-    for (li, l) in layers.iter().enumerate() {
-        if r < l.n_head_kv {
-            return (li, r);
-        }
-        r -= l.n_head_kv;
-    }
-    (layers.len().saturating_sub(1), 0)
 }

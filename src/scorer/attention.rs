@@ -81,18 +81,6 @@ impl Scorer for QueryScorer {
         let raw = &self.kernel.raw_max;
         (!raw.is_empty()).then_some(raw.as_slice())
     }
-
-    fn cells_max_logit(
-        &mut self,
-        ctx: &ScoreCtx,
-        host: &mut dyn Host,
-        li: usize,
-        g: usize,
-    ) -> Result<Option<f32>, ScoreError> {
-        self.kernel
-            .cells_max_logit(ctx, host, positioned_queries, li, g)
-            .map(Some)
-    }
 }
 
 /// Positioned queries the archive's recall reads: the newest few, so that a check costs little
@@ -250,48 +238,6 @@ impl AttentionKernel {
             "heads disagree on query count"
         );
         per_head * layer.group_size()
-    }
-
-    /// The largest logit `source`'s queries of KV head `g` in layer `li` give any of
-    /// `ctx.cells` (one row of a pass, for one layer and head only).
-    pub fn cells_max_logit(
-        &mut self,
-        ctx: &ScoreCtx,
-        host: &mut dyn Host,
-        source: QuerySource,
-        li: usize,
-        g: usize,
-    ) -> Result<f32, ScoreError> {
-        self.recall_seq = None; // the prepared queries are this layer's now
-        self.rotations.clear();
-        let (layer, lq) = (&ctx.layers[li], &ctx.queries.layers[li]);
-        let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
-        let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
-        if per_group == 0 || g >= n_kv || ctx.cells.is_empty() {
-            return Ok(f32::NEG_INFINITY);
-        }
-        let group = &self.queries[g * per_group * d..(g + 1) * per_group * d];
-        let mut best = f32::NEG_INFINITY;
-        if layer.k_direct {
-            self.k_tile_rows.resize(d, 0.0);
-            for &cell in ctx.cells {
-                read_direct(ctx, layer, cell, g, &mut self.k_tile_rows);
-                best = best.max(max_dot(group, &self.k_tile_rows));
-            }
-        } else {
-            self.k_rows.resize(ctx.cells.len() * n_kv * d, 0.0);
-            let rc = host.read_rows(layer.host_index, 0, ctx.stream, ctx.cells, &mut self.k_rows);
-            if rc < 0 {
-                return Err(ScoreError(format!(
-                    "read_rows(layer {}, K) failed with {rc}",
-                    layer.host_index
-                )));
-            }
-            for row in self.k_rows.chunks_exact(n_kv * d) {
-                best = best.max(max_dot(group, &row[g * d..(g + 1) * d]));
-            }
-        }
-        Ok(best)
     }
 
     /// One row per (layer, kv head), in layer order, over the pages: the bound of page p under

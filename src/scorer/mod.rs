@@ -145,19 +145,6 @@ pub trait Scorer: Send {
     fn raw_max(&self) -> Option<&[f32]> {
         None
     }
-
-    /// The largest logit the `extra_rows` queries of KV head `g` in scored layer `li` give any
-    /// of `ctx.cells` (what the cache already offers those queries in that row). `Ok(None)`
-    /// for a scorer that reads no queries.
-    fn cells_max_logit(
-        &mut self,
-        _ctx: &ScoreCtx,
-        _host: &mut dyn Host,
-        _li: usize,
-        _g: usize,
-    ) -> Result<Option<f32>, ScoreError> {
-        Ok(None)
-    }
 }
 
 /// The scorer of a policy.
