@@ -414,6 +414,24 @@ std::string read_file(const std::string & path) {
     return ss.str();
 }
 
+// Positions in [p0, p1) that sequence 0 holds in the cache (every position of the range when no
+// plugin is attached: an uncompressed cache has no holes).
+int kept_in_range(llama_context * ctx, int p0, int p1) {
+    const int32_t n = llama_kv_plugin_seq_cells(ctx, 0, nullptr, nullptr, 0, nullptr);
+    if (n < 0) {
+        return p1 - p0;
+    }
+    std::vector<llama_pos> pos(n);
+    std::vector<uint32_t>  cells(n);
+    uint32_t               stream = 0;
+    const int32_t          got = llama_kv_plugin_seq_cells(ctx, 0, pos.data(), cells.data(), n, &stream);
+    int                    kept = 0;
+    for (int32_t i = 0; i < std::min(got, n); i++) {
+        kept += pos[i] >= p0 && pos[i] < p1;
+    }
+    return kept;
+}
+
 // Passkey retrieval: a number hidden at a depth of a long filler, asked for at the end.
 std::string run_passkey(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
                         const eval_args & a) {
@@ -444,6 +462,10 @@ std::string run_passkey(llama_model * model, const common_params & params, const
         }
         text += "\nWhat is the pass key? The pass key is";
         const std::vector<llama_token> toks = common_tokenize(vocab, text, true);
+        // the needle's token span (tokenising the text up to it and through it)
+        const size_t at = text.find(needle);
+        const int needle_begin = (int) common_tokenize(vocab, text.substr(0, at), true).size();
+        const int needle_end = (int) common_tokenize(vocab, text.substr(0, at + needle.size()), true).size();
         for (const config & c : cfgs) {
             // Protect only the instruction: the haystack itself is what gets compressed.
             auto r = make_ctx(model, params, c, (uint32_t) toks.size() + 16, c.policy == "none" ? "" : ",prefix=" + std::to_string(std::min(32, c.budget / 4)));
@@ -454,6 +476,9 @@ std::string run_passkey(llama_model * model, const common_params & params, const
             for (size_t i = 0; i < toks.size() && ok; i += a.chunk) {
                 ok = decode_tokens(*r, &toks[i], (int32_t) std::min<size_t>(a.chunk, toks.size() - i));
             }
+            // how much of the needle the cache holds when the question has been read (a number
+            // cut into pieces by token-level eviction reads as a wrong answer)
+            const int needle_kept = ok ? kept_in_range(r->ctx, needle_begin, needle_end) : 0;
             std::string answer;
             for (int g = 0; g < 8 && ok; g++) {
                 llama_token t = argmax(llama_get_logits_ith(r->ctx, -1), llama_vocab_n_tokens(vocab));
@@ -464,7 +489,8 @@ std::string run_passkey(llama_model * model, const common_params & params, const
             js << (first ? "" : ", ") << "{\"config\": \"" << json_escape(c.name) << "\", \"policy\": \"" << c.policy
                << "\", \"budget\": " << c.budget << ", \"depth\": " << depth << ", \"n_tokens\": " << toks.size()
                << ", \"found\": " << (found ? "true" : "false") << ", \"answer\": \"" << json_escape(answer)
-               << "\", \"cells_peak\": " << r->cells_peak << "}";
+               << "\", \"cells_peak\": " << r->cells_peak << ", \"needle_tokens\": " << needle_end - needle_begin
+               << ", \"needle_kept\": " << needle_kept << "}";
             first = false;
             progress(++done, total);
         }

@@ -217,3 +217,25 @@ fn uncompressed_run_has_no_evictions() {
     assert_eq!(s["policy"], "none");
     assert_eq!(s["evicted"], 0);
 }
+
+#[test]
+fn eval_passkey_reports_how_much_of_the_needle_the_cache_holds() {
+    let out = run_ok(
+        Command::new(tool("beaconkv-eval"))
+            .arg("-m")
+            .arg(tiny_model())
+            .args(["-t", "2", "--mode", "passkey", "--length", "512"])
+            .args(["--depths", "0.5", "--configs", "none:0,beacon:128"]),
+    );
+    let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let rows = v["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    let needle = rows[0]["needle_tokens"].as_i64().unwrap();
+    assert!(needle > 0, "{v}");
+    // the full cache holds every needle token; 128 cells (32 prefix + 64 window + 32 middle)
+    // cannot hold the whole needle of a 512-token haystack
+    assert_eq!(rows[0]["needle_kept"].as_i64(), Some(needle), "{v}");
+    let kept = rows[1]["needle_kept"].as_i64().unwrap();
+    assert!((0..needle).contains(&kept), "{v}");
+    assert!(rows[1]["cells_peak"].as_i64().unwrap() <= 128, "{v}");
+}
