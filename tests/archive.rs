@@ -154,16 +154,18 @@ fn under_score_prob_the_per_step_check_recalls_between_passes() {
         ",archive=1024,recall_every=1,recall_margin=0,score=prob",
     ));
     phase_a(&mut engine, &mut host, &mut rng);
+    // cells recalled at steps where no compression pass ran
+    let mut between = 0;
     for i in 0..16 {
-        let passes = engine.stats(0).compress_events;
+        let before = engine.stats(0);
         step(&mut engine, &mut host, &mut rng, 300 + i, true);
+        let after = engine.stats(0);
+        if after.compress_events == before.compress_events {
+            between += after.recalled - before.recalled;
+        }
         let kept = host.positions(0);
         if PLANTED.clone().all(|p| kept.contains(&p)) {
-            assert_eq!(
-                engine.stats(0).compress_events,
-                passes,
-                "step {i}: a pass brought the passage back, not the per-step check"
-            );
+            assert!(between > 0, "step {i}: only passes recalled the passage");
             assert_rows_restored(&host);
             return;
         }
