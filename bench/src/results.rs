@@ -5,7 +5,7 @@
 //!   {config, policy, budget, top1, kl, ppl, ppl_ref, cells_peak, evicted, compress_events,
 //!   plugin_ms, decode_ms}]}`
 //! - passkey: `{"mode", "length", "results": [{config, policy, budget, depth, n_tokens, found,
-//!   answer, cells_peak}]}`
+//!   answer, cells_peak, needle_tokens, needle_kept}]}` (the needle fields are not read here)
 //! - speed: `{"mode", "results": [{config, policy, budget, context, ms_per_token, cells,
 //!   cells_physical, kv_bytes_per_cell, plugin_ms, decode_ms}]}`
 //!
