@@ -4,7 +4,7 @@
 //! per-head opinions are combined is a quality lever (see docs/engine.md).
 
 use crate::config::Reduce;
-use crate::scorer::ScoreRows;
+use crate::scorer::{fold_column_max, ScoreRows};
 
 /// Scratch reused between passes.
 #[derive(Debug, Default)]
@@ -24,11 +24,9 @@ pub fn reduce(rows: &ScoreRows, how: Reduce, out: &mut [f32], scratch: &mut Redu
     }
     match how {
         Reduce::Max => {
-            out.copy_from_slice(rows.row(0));
-            for r in 1..n_rows {
-                for (o, &s) in out.iter_mut().zip(rows.row(r)) {
-                    *o = o.max(s);
-                }
+            out.fill(f32::NEG_INFINITY);
+            for r in 0..n_rows {
+                fold_column_max(rows.row(r), out);
             }
         }
         Reduce::ZMean => {

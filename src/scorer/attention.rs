@@ -13,7 +13,7 @@
 //! the pass only needs to know which cells are lowest, `run_pruned` stops scoring cells that can
 //! no longer be among them.
 
-use super::{PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
+use super::{fold_column_max, PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::hadamard::hadamard_inplace;
 use crate::host::{Host, LayerDesc};
 use crate::kread::read_k_row;
@@ -456,10 +456,7 @@ impl AttentionKernel {
             }
             if ctx.prob {
                 log_probabilities(&self.logits, (n, n_kv, per_group), out);
-                for row in self.logits.chunks_exact(n) {
-                    let raw = self.raw_max.iter_mut();
-                    raw.zip(row).for_each(|(m, &v)| *m = m.max(v));
-                }
+                fold_column_max(&self.logits, &mut self.raw_max);
             }
         }
         Ok(())
@@ -508,7 +505,9 @@ impl AttentionKernel {
             self.score_layer_columns(ctx, li, source, &pr.cols, pr.first_row[li], out);
         }
         if !tail.is_empty() && n > 0 {
-            column_max(out, n, &mut pr.partial);
+            pr.partial.clear();
+            pr.partial.resize(n, f32::NEG_INFINITY);
+            fold_column_max(out, &mut pr.partial);
             // 2. the `evict` lowest so far, on the other layers: their finals bound the threshold
             let evict = evict.min(n);
             pr.by_score.clear();
@@ -661,13 +660,4 @@ fn queries_per_head(lq: &LayerQueries, m_pos: i32, source: QuerySource) -> usize
     let mut n = 0;
     source(lq, 0, m_pos, &mut |_, _| n += 1);
     n
-}
-
-/// `out[c]` = the largest value of column c over the rows of `rows` (`n` columns per row).
-fn column_max(rows: &[f32], n: usize, out: &mut Vec<f32>) {
-    out.clear();
-    out.resize(n, f32::NEG_INFINITY);
-    for row in rows.chunks_exact(n) {
-        out.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
-    }
 }

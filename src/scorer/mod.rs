@@ -97,11 +97,18 @@ impl ScoreRows {
     pub fn max_into(&self, out: &mut Vec<f32>) {
         out.clear();
         out.resize(self.n_cols, f32::NEG_INFINITY);
-        for r in 0..self.n_rows {
-            for (o, &v) in out.iter_mut().zip(self.row(r)) {
-                *o = o.max(v);
-            }
-        }
+        fold_column_max(&self.data[..self.n_rows * self.n_cols], out);
+    }
+}
+
+/// `out[c] = max(out[c], rows[r][c])` over the rows of `rows` (rows of `out.len()` values laid
+/// end to end): the column maximum every reduction of score rows needs.
+pub fn fold_column_max(rows: &[f32], out: &mut [f32]) {
+    if out.is_empty() {
+        return;
+    }
+    for row in rows.chunks_exact(out.len()) {
+        out.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
     }
 }
 
