@@ -10,7 +10,7 @@
 //                                --configs LIST ...   (own-trace fidelity)
 //   beaconkv-eval --mode count   --tasks FILE.jsonl   (token counts of task documents)
 //   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results;
-//   agree/revisit: --per-token FILE.csv writes every scored step (NLL per config, cells recalled so far).
+//   agree/revisit: --per-token FILE.csv writes every scored step (per config: NLL, top-1, cells recalled).
 //
 // LIST is comma-separated configs "policy:budget" (e.g. "beacon:256,recent:256"); "none" is the
 // uncompressed reference. Extra spec keys go after a slash: "beacon:256/reduce=zmean/span=3".
@@ -317,7 +317,8 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
         }
         fprintf(trace, "t,token,ref_nll");
         for (auto & r : runs) {
-            fprintf(trace, ",%s nll,%s recalled", r->cfg.name.c_str(), r->cfg.name.c_str());
+            fprintf(trace, ",%s nll,%s top1,%s recalled", r->cfg.name.c_str(), r->cfg.name.c_str(),
+                    r->cfg.name.c_str());
         }
         fprintf(trace, "\n");
     }
@@ -364,13 +365,15 @@ std::string run_lockstep(llama_model * model, const common_params & params, cons
             }
             acc & a = accs[i];
             a.kl += kl;
-            a.agree += argmax(l, n_vocab) == top_ref;
+            const bool same_top = argmax(l, n_vocab) == top_ref;
+            a.agree += same_top;
             a.n++;
             if (t >= ppl_from) {
                 a.nll -= lp[next];
                 a.n_ppl++;
                 if (trace) {
-                    fprintf(trace, ",%.4f,%llu", -lp[next], (unsigned long long) plugin_stats(runs[i]->ctx).recalled);
+                    fprintf(trace, ",%.4f,%d,%llu", -lp[next], (int) same_top,
+                            (unsigned long long) plugin_stats(runs[i]->ctx).recalled);
                 }
             }
         }
@@ -1090,11 +1093,15 @@ int main(int argc, char ** argv) {
             fprintf(stderr, "error: --mode generate needs -p PROMPT or --text FILE\n");
             return 1;
         }
-        result = run_lockstep(model, params, cfgs, prompt, (int) prompt.size(), (int) prompt.size(), a.n_tokens,
+        result = run_lockstep(model, params, cfgs, prompt, (int) prompt.size(), (int) prompt.size() - 1, a.n_tokens,
                               a.per_token);
     } else if (a.mode == "agree" || a.mode == "revisit") {
         if (a.text_file.empty()) {
             fprintf(stderr, "error: --mode %s needs --text FILE\n", a.mode.c_str());
+            return 1;
+        }
+        if (a.prompt_tokens < 1) {
+            fprintf(stderr, "error: --prompt-tokens must be at least 1, got %d\n", a.prompt_tokens);
             return 1;
         }
         std::vector<llama_token> text = common_tokenize(vocab, read_file(a.text_file), true);
@@ -1102,7 +1109,9 @@ int main(int argc, char ** argv) {
         int ppl_from = 0;
         if (a.mode == "agree") {
             toks.assign(text.begin(), text.begin() + std::min<size_t>(text.size(), a.n_tokens));
-            ppl_from = a.prompt_tokens;
+            // every prediction after the prompt, the first (from the prompt's last token) too:
+            // the steps top-1 agreement counts
+            ppl_from = a.prompt_tokens - 1;
         } else {
             // passage, then `gap` tokens of other text, then the passage again (scored).
             if ((int) text.size() < a.passage + a.gap) {

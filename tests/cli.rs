@@ -239,3 +239,67 @@ fn eval_passkey_reports_how_much_of_the_needle_the_cache_holds() {
     assert!((0..needle).contains(&kept), "{v}");
     assert!(rows[1]["cells_peak"].as_i64().unwrap() <= 128, "{v}");
 }
+
+#[test]
+fn eval_per_token_trace_matches_the_summary() {
+    let dir = std::env::temp_dir();
+    let (csv, text) = (
+        dir.join(format!("beaconkv-trace-{}.csv", std::process::id())),
+        dir.join(format!("beaconkv-trace-{}.txt", std::process::id())),
+    );
+    let words: Vec<String> = (0..400).map(|i| format!("word{} ", i * 7 % 13)).collect();
+    std::fs::write(&text, words.concat()).unwrap();
+    let out = run_ok(
+        Command::new(tool("beaconkv-eval"))
+            .arg("-m")
+            .arg(tiny_model())
+            .args(["-t", "2", "--mode", "agree", "--n-tokens", "300"])
+            .args(["--prompt-tokens", "16", "--configs", "beacon:64"])
+            .arg("--text")
+            .arg(&text)
+            .arg("--per-token")
+            .arg(&csv),
+    );
+    let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    // a prompt of no tokens has no step to score from: an error that names the flag
+    let bad = Command::new(tool("beaconkv-eval"))
+        .arg("-m")
+        .arg(tiny_model())
+        .args([
+            "--mode",
+            "agree",
+            "--prompt-tokens",
+            "0",
+            "--configs",
+            "beacon:64",
+        ])
+        .arg("--text")
+        .arg(&text)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--prompt-tokens"));
+    let trace = std::fs::read_to_string(&csv).unwrap();
+    std::fs::remove_file(&csv).ok();
+    std::fs::remove_file(&text).ok();
+    let mut lines = trace.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let top1 = header
+        .iter()
+        .position(|h| *h == "beacon:64 top1")
+        .unwrap_or_else(|| panic!("no top-1 column in {header:?}"));
+    // every scored step is a line, and its top-1 flags add up to the summary's agreement
+    let flags: Vec<f64> = lines
+        .map(|l| l.split(',').nth(top1).unwrap().parse().unwrap())
+        .collect();
+    assert!(flags.iter().all(|&f| f == 0.0 || f == 1.0), "{flags:?}");
+    let row = &v["results"][0];
+    let n = flags.len() as f64;
+    let want = row["top1"].as_f64().unwrap();
+    assert!(n > 200.0, "{} steps traced", flags.len());
+    assert!(
+        (flags.iter().sum::<f64>() / n - want).abs() < 1e-4,
+        "trace {} vs summary {want}",
+        flags.iter().sum::<f64>() / n
+    );
+}
