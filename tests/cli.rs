@@ -23,6 +23,13 @@ fn cli() -> Command {
     c
 }
 
+/// beaconkv-eval on the tiny model.
+fn eval() -> Command {
+    let mut c = Command::new(tool("beaconkv-eval"));
+    c.arg("-m").arg(tiny_model());
+    c
+}
+
 fn stats(extra: &[&str], env: &[(&str, &str)]) -> Value {
     // every run its own directory: tests run in parallel
     static RUN: AtomicUsize = AtomicUsize::new(0);
@@ -221,9 +228,7 @@ fn uncompressed_run_has_no_evictions() {
 #[test]
 fn eval_passkey_reports_how_much_of_the_needle_the_cache_holds() {
     let out = run_ok(
-        Command::new(tool("beaconkv-eval"))
-            .arg("-m")
-            .arg(tiny_model())
+        eval()
             .args(["-t", "2", "--mode", "passkey", "--length", "512"])
             .args(["--depths", "0.5", "--configs", "none:0,beacon:128"]),
     );
@@ -250,9 +255,7 @@ fn eval_per_token_trace_matches_the_summary() {
     let words: Vec<String> = (0..400).map(|i| format!("word{} ", i * 7 % 13)).collect();
     std::fs::write(&text, words.concat()).unwrap();
     let out = run_ok(
-        Command::new(tool("beaconkv-eval"))
-            .arg("-m")
-            .arg(tiny_model())
+        eval()
             .args(["-t", "2", "--mode", "agree", "--n-tokens", "300"])
             .args(["--prompt-tokens", "16", "--configs", "beacon:64"])
             .arg("--text")
@@ -262,9 +265,7 @@ fn eval_per_token_trace_matches_the_summary() {
     );
     let v: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     // a prompt of no tokens has no step to score from: an error that names the flag
-    let bad = Command::new(tool("beaconkv-eval"))
-        .arg("-m")
-        .arg(tiny_model())
+    let bad = eval()
         .args([
             "--mode",
             "agree",
