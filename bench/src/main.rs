@@ -41,9 +41,6 @@ pub struct Cli {
     /// Model GGUF [default: SmolLM2-135M from scripts/fetch-models.sh; --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// The beaconkv-eval binary [default: build/bin/beaconkv-eval in the repository]
-    #[arg(long, value_name = "PATH")]
-    pub eval: Option<PathBuf>,
     /// KV budgets in cells [default: 128,256,512,1024; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
@@ -89,15 +86,8 @@ pub struct Cli {
     /// Output folder [default: results/<model-stem>-<unix time> in the repository]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// CPU threads for llama.cpp
-    #[arg(short = 't', long, value_name = "N", default_value_t = 2)]
-    pub threads: u32,
-    /// Extra BeaconKV spec keys for every compressed config, e.g. "reduce=zmean/span=3"
-    #[arg(long, value_name = "k=v/k=v")]
-    pub extra: Option<String>,
-    /// Extra llama.cpp flags, passed to beaconkv-eval as they are
-    #[arg(last = true, value_name = "LLAMA_FLAGS")]
-    pub llama_args: Vec<String>,
+    #[command(flatten)]
+    pub run: run::EvalArgs,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -193,25 +183,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     if lengths.is_empty() || lengths.contains(&0) {
         return Err("--lengths needs positive numbers".into());
     }
-    if cli.threads == 0 {
-        return Err("--threads must be at least 1".into());
-    }
-    let extra = match cli.extra.as_deref().map(|e| e.trim_matches('/')) {
-        None | Some("") => String::new(),
-        Some(e) => {
-            for kv in e.split('/') {
-                let ok = kv
-                    .split_once('=')
-                    .is_some_and(|(k, v)| !k.is_empty() && !v.is_empty());
-                if !ok || kv.contains(',') {
-                    return Err(format!(
-                        "--extra: '{kv}' is not a key=value pair (pairs are separated by '/')"
-                    ));
-                }
-            }
-            format!("/{e}")
-        }
-    };
+    let run = cli.run.resolve(root)?;
     let texts = if cli.texts.is_empty() {
         vec![PathBuf::from(DEFAULT_TEXT)]
     } else {
@@ -221,9 +193,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     let s = Settings {
         quick,
         model: cli.model,
-        eval: cli
-            .eval
-            .unwrap_or_else(|| root.join("build/bin/beaconkv-eval")),
+        eval: run.eval,
         budgets,
         policies,
         texts,
@@ -239,9 +209,9 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
         prompt_len: pick(cli.prompt_len, quick, 256, 2048),
         modes,
         out: cli.out,
-        threads: cli.threads,
-        extra,
-        llama_args: cli.llama_args,
+        threads: run.threads,
+        extra: run.extra,
+        llama_args: run.llama_args,
     };
     if s.speed_budget == 0 || s.passkey_length == 0 || s.passage == 0 {
         return Err("--speed-budget, --passkey-length and --passage must be positive".into());

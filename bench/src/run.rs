@@ -8,6 +8,64 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// How both benchmarks run `beaconkv-eval` (flattened into their command lines).
+#[derive(clap::Args, Debug)]
+pub struct EvalArgs {
+    /// The beaconkv-eval binary [default: build/bin/beaconkv-eval in the repository]
+    #[arg(long, value_name = "PATH")]
+    pub eval: Option<PathBuf>,
+    /// CPU threads for llama.cpp
+    #[arg(short = 't', long, value_name = "N", default_value_t = 2)]
+    pub threads: u32,
+    /// Extra BeaconKV spec keys for every compressed config, e.g. "reduce=zmean/span=3"
+    #[arg(long, value_name = "k=v/k=v")]
+    pub extra: Option<String>,
+    /// Extra llama.cpp flags, passed to beaconkv-eval as they are
+    #[arg(last = true, value_name = "LLAMA_FLAGS")]
+    pub llama_args: Vec<String>,
+}
+
+/// [`EvalArgs`] checked: the binary's path, and `extra` as a config suffix ("" or "/k=v/...").
+pub struct EvalOptions {
+    pub eval: PathBuf,
+    pub threads: u32,
+    pub extra: String,
+    pub llama_args: Vec<String>,
+}
+
+impl EvalArgs {
+    /// Defaults filled in from the repository root; an error names the bad flag.
+    pub fn resolve(self, root: &Path) -> Result<EvalOptions, String> {
+        if self.threads == 0 {
+            return Err("--threads must be at least 1".into());
+        }
+        let extra = match self.extra.as_deref().map(|e| e.trim_matches('/')) {
+            None | Some("") => String::new(),
+            Some(e) => {
+                for kv in e.split('/') {
+                    let ok = kv
+                        .split_once('=')
+                        .is_some_and(|(k, v)| !k.is_empty() && !v.is_empty());
+                    if !ok || kv.contains(',') {
+                        return Err(format!(
+                            "--extra: '{kv}' is not a key=value pair (pairs are separated by '/')"
+                        ));
+                    }
+                }
+                format!("/{e}")
+            }
+        };
+        Ok(EvalOptions {
+            eval: self
+                .eval
+                .unwrap_or_else(|| root.join("build/bin/beaconkv-eval")),
+            threads: self.threads,
+            extra,
+            llama_args: self.llama_args,
+        })
+    }
+}
+
 /// One invocation of the tool.
 pub struct EvalJob {
     pub eval: PathBuf,

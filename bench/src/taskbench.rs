@@ -41,9 +41,6 @@ pub struct TasksCli {
     /// --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// The beaconkv-eval binary [default: build/bin/beaconkv-eval in the repository]
-    #[arg(long, value_name = "PATH")]
-    pub eval: Option<PathBuf>,
     /// KV budgets in cells [default: 256,512,1024; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
@@ -91,15 +88,8 @@ pub struct TasksCli {
     /// Output folder [default: results/tasks-<model-stem>-<unix time> in the repository]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
-    /// CPU threads for llama.cpp
-    #[arg(short = 't', long, value_name = "N", default_value_t = 2)]
-    pub threads: u32,
-    /// Extra BeaconKV spec keys for every compressed config, e.g. "reduce=zmean/span=3"
-    #[arg(long, value_name = "k=v/k=v")]
-    pub extra: Option<String>,
-    /// Extra llama.cpp flags, passed to beaconkv-eval as they are
-    #[arg(last = true, value_name = "LLAMA_FLAGS")]
-    pub llama_args: Vec<String>,
+    #[command(flatten)]
+    pub run: crate::run::EvalArgs,
 }
 
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -152,13 +142,8 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     if tasks.is_empty() || lengths.is_empty() || lengths.iter().any(|&l| l < 64) {
         return Err("--tasks and --lengths (at least 64 tokens) must not be empty".into());
     }
-    if cli.docs == Some(0)
-        || cli.minutes.is_nan()
-        || cli.minutes <= 0.0
-        || cli.threads == 0
-        || cli.chunk == 0
-    {
-        return Err("--docs, --minutes, --threads and --chunk must be positive".into());
+    if cli.docs == Some(0) || cli.minutes.is_nan() || cli.minutes <= 0.0 || cli.chunk == 0 {
+        return Err("--docs, --minutes and --chunk must be positive".into());
     }
     let trace_prompts = pick(cli.trace_prompts, quick, 1, 1);
     if trace_prompts == 0 || trace_prompts as usize > TRACE_PROMPTS.len() {
@@ -172,28 +157,11 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     if trace_tokens < 2 || bucket == 0 {
         return Err("--trace-tokens must be at least 2 and --bucket positive".into());
     }
-    let extra = match cli.extra.as_deref().map(|e| e.trim_matches('/')) {
-        None | Some("") => String::new(),
-        Some(e) => {
-            for kv in e.split('/') {
-                let ok = kv
-                    .split_once('=')
-                    .is_some_and(|(k, v)| !k.is_empty() && !v.is_empty());
-                if !ok || kv.contains(',') {
-                    return Err(format!(
-                        "--extra: '{kv}' is not a key=value pair (pairs are separated by '/')"
-                    ));
-                }
-            }
-            format!("/{e}")
-        }
-    };
+    let run = cli.run.resolve(root)?;
     Ok(TaskSettings {
         quick,
         model: cli.model,
-        eval: cli
-            .eval
-            .unwrap_or_else(|| root.join("build/bin/beaconkv-eval")),
+        eval: run.eval,
         budgets,
         policies,
         tasks,
@@ -209,9 +177,9 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
         max_answer: cli.max_answer.or(if quick { Some(8) } else { None }),
         parts,
         out: cli.out,
-        threads: cli.threads,
-        extra,
-        llama_args: cli.llama_args,
+        threads: run.threads,
+        extra: run.extra,
+        llama_args: run.llama_args,
     })
 }
 
