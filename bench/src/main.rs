@@ -19,10 +19,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 const DEFAULT_POLICIES: [&str; 5] = ["beacon", "beacon+archive", "recent", "streaming", "random"];
 const DEFAULT_TEXT: &str = "/usr/share/common-licenses/GPL-3";
-/// Decode rate of SmolLM2-135M on 2 cores, for the time estimate.
-const EST_DECODE_TOK_S: f64 = 70.0;
-/// Batched prompt processing is roughly this much faster than decoding one token at a time.
+/// Decode rate of SmolLM2-135M on 2 cores, for the time estimate (session 14's full run on a
+/// 2-core VM: agree 619 s, revisit 633 s, passkey 1252 s, speed 1297 s).
+const EST_DECODE_TOK_S: f64 = 52.0;
+/// Batched prompt processing of the uncompressed cache is roughly this much faster than decoding
+/// one token at a time.
 const EST_PREFILL_FACTOR: f64 = 8.0;
+/// A compressed prompt goes in chunks of at most budget / 8 tokens with passes between them.
+const EST_COMPRESSED_PREFILL_FACTOR: f64 = 2.0;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -102,7 +106,6 @@ pub enum Sub {
 pub struct Settings {
     pub quick: bool,
     pub model: Option<PathBuf>,
-    pub eval: PathBuf,
     pub budgets: Vec<u32>,
     pub policies: Vec<String>,
     pub texts: Vec<PathBuf>,
@@ -118,10 +121,9 @@ pub struct Settings {
     pub prompt_len: u32,
     pub modes: Vec<Mode>,
     pub out: Option<PathBuf>,
-    pub threads: u32,
-    /// "/k=v/k=v" or empty.
-    pub extra: String,
-    pub llama_args: Vec<String>,
+    /// How beaconkv-eval runs (its fields appear at the top level of results.json).
+    #[serde(flatten)]
+    pub run: run::EvalOptions,
 }
 
 /// The repository root (this crate lives in `bench/`).
@@ -193,7 +195,6 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     let s = Settings {
         quick,
         model: cli.model,
-        eval: run.eval,
         budgets,
         policies,
         texts,
@@ -209,9 +210,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
         prompt_len: pick(cli.prompt_len, quick, 256, 2048),
         modes,
         out: cli.out,
-        threads: run.threads,
-        extra: run.extra,
-        llama_args: run.llama_args,
+        run,
     };
     if s.speed_budget == 0 || s.passkey_length == 0 || s.passage == 0 {
         return Err("--speed-budget, --passkey-length and --passage must be positive".into());
@@ -230,7 +229,11 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
 pub fn policy_configs(s: &Settings) -> Vec<String> {
     s.policies
         .iter()
-        .flat_map(|p| s.budgets.iter().map(move |b| format!("{p}:{b}{}", s.extra)))
+        .flat_map(|p| {
+            s.budgets
+                .iter()
+                .map(move |b| format!("{p}:{b}{}", s.run.extra))
+        })
         .collect()
 }
 
@@ -245,7 +248,7 @@ pub fn mode_configs(mode: Mode, s: &Settings) -> String {
         }
         Mode::Speed => {
             let b = s.speed_budget;
-            let x = &s.extra;
+            let x = &s.run.extra;
             // the archive's element types side by side: its memory against context length
             let archives = s
                 .policies
@@ -291,7 +294,7 @@ pub fn mode_args(
         "-m".into(),
         model.display().to_string(),
         "-t".into(),
-        s.threads.to_string(),
+        s.run.threads.to_string(),
     ];
     let mut opt = |k: &str, v: String| {
         a.push(k.to_string());
@@ -323,13 +326,13 @@ pub fn mode_args(
             }
         }
     }
-    a.extend(s.llama_args.iter().cloned());
+    a.extend(s.run.llama_args.iter().cloned());
     a
 }
 
 /// Rough run time in seconds per mode, at SmolLM2-135M's rate on `threads` cores.
 pub fn estimate_seconds(s: &Settings) -> Vec<(Mode, f64)> {
-    let rate = EST_DECODE_TOK_S * (s.threads as f64 / 2.0).clamp(0.5, 4.0);
+    let rate = EST_DECODE_TOK_S * (s.run.threads as f64 / 2.0).clamp(0.5, 4.0);
     let n = (s.policies.len() * s.budgets.len()) as f64;
     let load = 2.0;
     let max_len = *s.lengths.iter().max().unwrap_or(&0) as f64;
@@ -340,12 +343,22 @@ pub fn estimate_seconds(s: &Settings) -> Vec<(Mode, f64)> {
                 Mode::Agree => s.texts.len() as f64 * (load + s.n_tokens as f64 * (n + 1.0) / rate),
                 Mode::Revisit => load + (2 * s.passage + s.gap) as f64 * (n + 1.0) / rate,
                 Mode::Passkey => {
-                    let per = s.passkey_length as f64 / (rate * EST_PREFILL_FACTOR) + 8.0 / rate;
-                    load + s.depths.len() as f64 * (n + 1.0) * per
+                    let len = s.passkey_length as f64;
+                    let per = |factor: f64| len / (rate * factor) + 8.0 / rate;
+                    let runs = s.depths.len() as f64;
+                    load + runs * (n * per(EST_COMPRESSED_PREFILL_FACTOR) + per(EST_PREFILL_FACTOR))
                 }
                 Mode::Speed => {
-                    let prompt = 3.0 * s.prompt_len as f64 / (rate * EST_PREFILL_FACTOR);
-                    load + (2.0 * max_len + (s.speed_budget as f64).min(max_len)) / rate + prompt
+                    // compressed configs decode at about the full rate; the full cache slows
+                    // down with context (about half the rate on average up to 8K)
+                    let configs = mode_configs(Mode::Speed, s).split(',').count() as f64;
+                    let compressed = configs - 2.0;
+                    let prompt = configs * s.prompt_len as f64 / (rate * EST_PREFILL_FACTOR);
+                    load + (compressed * max_len
+                        + 2.0 * max_len
+                        + (s.speed_budget as f64).min(max_len))
+                        / rate
+                        + prompt
                 }
             };
             (m, secs)
@@ -403,7 +416,7 @@ pub fn plan_runs(s: &Settings, model: &Path, out: &Path) -> Vec<PlannedRun> {
                 text,
                 file,
                 job: EvalJob {
-                    eval: s.eval.clone(),
+                    eval: s.run.eval.clone(),
                     args,
                     label,
                     log: out.join(format!("{name}.log")),
@@ -529,12 +542,7 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
     let command_line: Vec<String> = std::env::args().collect();
     let s = resolve(cli, &root)?;
 
-    if !s.eval.exists() {
-        return Err(format!(
-            "beaconkv-eval not found at {}: build llama.cpp with the plugin first, or pass --eval PATH",
-            s.eval.display()
-        ));
-    }
+    s.run.check_binary()?;
     let model = resolve_model(&s, &root)?;
     let mut needed: Vec<&PathBuf> = Vec::new();
     if s.modes.contains(&Mode::Agree) {
@@ -567,7 +575,7 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
 
     eprintln!("model:   {}", model.display());
-    eprintln!("eval:    {}", s.eval.display());
+    eprintln!("eval:    {}", s.run.eval.display());
     eprintln!("out:     {}", out.display());
     for &m in &s.modes {
         eprintln!("{m:>8}: --configs {}", mode_configs(m, &s));
@@ -631,7 +639,7 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
     let doc = json!({
         "command_line": command_line,
         "model": model.display().to_string(),
-        "eval": s.eval.display().to_string(),
+        "eval": s.run.eval.display().to_string(),
         "machine": machine_info(),
         "started_unix": unix,
         "elapsed_s": started.elapsed().as_secs_f64(),
@@ -727,15 +735,16 @@ mod tests {
         );
         assert_eq!(s.n_tokens, 1536);
         assert_eq!(s.lengths, vec![1024, 2048, 4096, 8192]);
-        assert_eq!(s.eval, PathBuf::from("/repo/build/bin/beaconkv-eval"));
+        assert_eq!(s.run.eval, PathBuf::from("/repo/build/bin/beaconkv-eval"));
         assert_eq!(s.texts, vec![PathBuf::from(DEFAULT_TEXT)]);
         assert_eq!(s.revisit_text, PathBuf::from(DEFAULT_TEXT));
         assert_eq!(s.modes, Mode::ALL.to_vec());
-        assert_eq!(s.threads, 2);
-        // The default full run has to fit about 30 minutes on 2 cores.
+        assert_eq!(s.run.threads, 2);
+        // The default full run took 63 minutes on a 2-core VM in session 14 (five policies, the
+        // archive's three element types in the speed run): the estimate stays near that.
         let total: f64 = estimate_seconds(&s).iter().map(|(_, t)| t).sum();
         assert!(
-            total > 10.0 * 60.0 && total < 30.0 * 60.0,
+            total > 45.0 * 60.0 && total < 75.0 * 60.0,
             "estimate {total} s"
         );
     }

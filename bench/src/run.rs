@@ -2,6 +2,7 @@
 //! line (and its stdout) goes to a log file; a failure reports the tail of that log.
 
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -26,9 +27,11 @@ pub struct EvalArgs {
 }
 
 /// [`EvalArgs`] checked: the binary's path, and `extra` as a config suffix ("" or "/k=v/...").
+#[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct EvalOptions {
     pub eval: PathBuf,
     pub threads: u32,
+    /// "/k=v/k=v" or empty.
     pub extra: String,
     pub llama_args: Vec<String>,
 }
@@ -63,6 +66,20 @@ impl EvalArgs {
             extra,
             llama_args: self.llama_args,
         })
+    }
+}
+
+impl EvalOptions {
+    /// The binary must exist before a run starts (not checked by `resolve`, which tests call
+    /// with made-up paths).
+    pub fn check_binary(&self) -> Result<(), String> {
+        if self.eval.exists() {
+            return Ok(());
+        }
+        Err(format!(
+            "beaconkv-eval not found at {}: build llama.cpp with the plugin first, or pass --eval PATH",
+            self.eval.display()
+        ))
     }
 }
 

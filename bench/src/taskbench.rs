@@ -96,7 +96,6 @@ pub struct TasksCli {
 pub struct TaskSettings {
     pub quick: bool,
     pub model: Option<PathBuf>,
-    pub eval: PathBuf,
     pub budgets: Vec<u32>,
     pub policies: Vec<String>,
     pub tasks: Vec<Task>,
@@ -113,9 +112,9 @@ pub struct TaskSettings {
     pub max_answer: Option<u32>,
     pub parts: Vec<Part>,
     pub out: Option<PathBuf>,
-    pub threads: u32,
-    pub extra: String,
-    pub llama_args: Vec<String>,
+    /// How beaconkv-eval runs (its fields appear at the top level of results.json).
+    #[serde(flatten)]
+    pub run: crate::run::EvalOptions,
 }
 
 fn pick<T>(given: Option<T>, quick: bool, q: T, full: T) -> T {
@@ -161,7 +160,6 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     Ok(TaskSettings {
         quick,
         model: cli.model,
-        eval: run.eval,
         budgets,
         policies,
         tasks,
@@ -177,9 +175,7 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
         max_answer: cli.max_answer.or(if quick { Some(8) } else { None }),
         parts,
         out: cli.out,
-        threads: run.threads,
-        extra: run.extra,
-        llama_args: run.llama_args,
+        run,
     })
 }
 
@@ -188,7 +184,7 @@ pub fn configs(s: &TaskSettings) -> Vec<String> {
     let mut c = vec!["none".to_string()];
     for p in &s.policies {
         for b in &s.budgets {
-            c.push(format!("{p}:{b}{}", s.extra));
+            c.push(format!("{p}:{b}{}", s.run.extra));
         }
     }
     c
@@ -212,7 +208,7 @@ fn base_args(s: &TaskSettings, mode: &str, model: &Path, input: &Path, out: &Pat
         "-m",
         &model.display().to_string(),
         "-t",
-        &s.threads.to_string(),
+        &s.run.threads.to_string(),
     ]
     .iter()
     .map(|x| x.to_string())
@@ -235,7 +231,7 @@ fn base_args(s: &TaskSettings, mode: &str, model: &Path, input: &Path, out: &Pat
         ),
         _ => {}
     }
-    a.extend(s.llama_args.iter().cloned());
+    a.extend(s.run.llama_args.iter().cloned());
     a
 }
 
@@ -880,7 +876,7 @@ pub fn plot_tasks(
                 let mut cfgs: Vec<String> = s
                     .policies
                     .iter()
-                    .map(|p| format!("{p}:{b}{}", s.extra))
+                    .map(|p| format!("{p}:{b}{}", s.run.extra))
                     .collect();
                 if !kl {
                     cfgs.push("none".into());
@@ -969,7 +965,7 @@ fn run_job(
 ) -> Result<(Value, f64), String> {
     let json_path = out.join(format!("{name}.json"));
     let job = EvalJob {
-        eval: s.eval.clone(),
+        eval: s.run.eval.clone(),
         args: base_args(s, mode, model, input, &json_path),
         label: label.to_string(),
         log: out.join(format!("{name}.log")),
@@ -988,12 +984,7 @@ pub fn run(
     let started = Instant::now();
     let command_line: Vec<String> = std::env::args().collect();
     let s = resolve(cli, root)?;
-    if !s.eval.exists() {
-        return Err(format!(
-            "beaconkv-eval not found at {}: build llama.cpp with the plugin first, or pass --eval PATH",
-            s.eval.display()
-        ));
-    }
+    s.run.check_binary()?;
     let model = resolve_model(&s.model, s.quick)?;
     let unix = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -1229,7 +1220,7 @@ pub fn run(
     let doc = json!({
         "command_line": command_line,
         "model": model.display().to_string(),
-        "eval": s.eval.display().to_string(),
+        "eval": s.run.eval.display().to_string(),
         "machine": crate::machine_info(),
         "started_unix": unix,
         "elapsed_s": started.elapsed().as_secs_f64(),
