@@ -1,5 +1,6 @@
 //! Runs `beaconkv-eval` once: its stderr lines `progress i/n` drive a progress bar, every other
-//! line (and its stdout) goes to a log file; a failure reports the tail of that log.
+//! line (and its stdout) goes to a log file; a failure reports the tail of that log. Also the
+//! options both benchmarks share for running it ([`EvalArgs`]).
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
