@@ -101,12 +101,16 @@ typedef struct beaconkv_params {
     int32_t  archive_type; /* [archive_type] beaconkv_archive_type (same, q8_0, q4_0); default same      */
     int32_t  page;       /* [page]    consecutive positions per archive page (summary and recall
                                       unit); default 16                                                 */
-    int32_t  recall_every; /* [recall_every] decode steps between targeted recall checks (the newest
-                                      4 queries against the page bounds, exact logits for the best 8
-                                      pages; a winning page replaces the weakest kept cells); 0 = only
-                                      at compression passes and after multi-token batches; default 4   */
-    float    recall_margin; /* [recall_margin] logits by which an archived page must beat the weakest kept
-                                      cell at a recall check (0..1000, two decimals); default 2. Lower
+    int32_t  recall_every; /* [recall_every] decode steps between targeted recall checks. A check
+                                      finds the kept cell the newest 4 queries attend most (where the
+                                      text is being read from) and recalls the archived cells among
+                                      the `page` positions after it in place of the weakest kept
+                                      cells; when that cell does not beat the weakest kept one by
+                                      recall_margin, the archived pages with the best bounds are
+                                      checked instead. 0 = only at compression passes and after
+                                      multi-token batches; default 4                                   */
+    float    recall_margin; /* [recall_margin] logits by which a check's best logit must beat the weakest
+                                      kept cell's (0..1000, two decimals); default 2. Lower
                                       recalls more (a returning passage comes back sooner), higher
                                       disturbs ordinary text less                                       */
 } beaconkv_params;

@@ -135,9 +135,6 @@ pub struct Page {
     radius: Vec<f32>,
     /// Best score a cell of the page had when it was last scored (eviction order when full).
     pub score: f32,
-    /// Decode step at which a pass last evicted cells to the page or weighed it against the
-    /// cache; recall checks skip pages a pass touched within `recall_every` steps (no thrashing).
-    pub checked_at: u64,
 }
 
 impl Page {
@@ -220,10 +217,6 @@ impl SeqArchive {
         self.pages.get(&id)
     }
 
-    pub fn page_mut(&mut self, id: i32) -> Option<&mut Page> {
-        self.pages.get_mut(&id)
-    }
-
     /// Whether `pos` is archived.
     pub fn contains(&self, layout: &Layout, pos: i32) -> bool {
         self.pages
@@ -231,8 +224,8 @@ impl SeqArchive {
             .is_some_and(|p| p.pos.binary_search(&pos).is_ok())
     }
 
-    /// Archive evicted rows; a position already archived is replaced. `now` stamps the pages.
-    pub fn insert(&mut self, layout: &Layout, rows: &RawRows, now: u64, sc: &mut ArchiveScratch) {
+    /// Archive evicted rows; a position already archived is replaced.
+    pub fn insert(&mut self, layout: &Layout, rows: &RawRows, sc: &mut ArchiveScratch) {
         for (i, &pos) in rows.pos.iter().enumerate() {
             let id = layout.page_of(pos);
             let existed = self.pages.contains_key(&id);
@@ -243,7 +236,6 @@ impl SeqArchive {
                 centre: vec![0.0; layout.sum_len()],
                 radius: vec![f32::NEG_INFINITY; layout.sum_len()],
                 score: f32::NEG_INFINITY,
-                checked_at: now,
             });
             if existed {
                 self.bytes -= page.bytes();
@@ -280,7 +272,6 @@ impl SeqArchive {
             page.score = page
                 .score
                 .max(rows.scores.get(i).copied().unwrap_or(f32::MIN));
-            page.checked_at = now;
             self.bytes += page.bytes();
         }
     }
@@ -381,7 +372,7 @@ impl SeqArchive {
             w.f32s(&p.centre);
             w.f32s(&p.radius);
             w.f32s(&[p.score]);
-            w.u64(p.checked_at);
+            w.u64(0); // format v3's slot for the step a pass last touched the page; unused
             for rows in p.k.iter().chain(&p.v) {
                 w.u64(rows.len() as u64);
                 w.buf.extend_from_slice(rows);
@@ -400,7 +391,7 @@ impl SeqArchive {
             let pos = r.i32s()?;
             let (mut centre, mut radius) = (r.f32s()?, r.f32s()?);
             let score = r.f32s()?.first().copied().unwrap_or(f32::MIN);
-            let checked_at = r.u64()?;
+            let _touched = r.u64()?; // unused (see `save`)
             if centre.len() != layout.sum_len()
                 || radius.len() != layout.sum_len()
                 || pos.is_empty()
@@ -437,7 +428,6 @@ impl SeqArchive {
                 centre,
                 radius,
                 score,
-                checked_at,
             };
             a.n_cells += page.pos.len();
             a.bytes += page.bytes();
@@ -550,7 +540,6 @@ mod tests {
                 k: &k,
                 v: &v,
             },
-            1,
             &mut ArchiveScratch::default(),
         );
         a

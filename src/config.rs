@@ -143,9 +143,10 @@ pub struct Params {
     pub archive_type: ArchiveType,
     /// Consecutive positions per archive page.
     pub page: usize,
-    /// Decode steps between recall checks (newest queries against the page bounds); 0 = none.
+    /// Decode steps between recall checks (the holes after the kept cell the newest queries
+    /// attend most; see `engine/recall.rs`); 0 = none.
     pub recall_every: usize,
-    /// Logits by which an archived page must beat the weakest kept cell at a recall check, in
+    /// Logits by which a recall check's best logit must beat the weakest kept cell's, in
     /// hundredths (spec value 3 = 300).
     pub recall_margin_centi: usize,
 }

@@ -7,12 +7,15 @@
 //! cells', and shared selection keeps the best `target` of both. Cells that lose are archived,
 //! then evicted; candidates that win are placed back at their own positions.
 //!
-//! Between passes, every `recall_every` steps: the best pages by bound get exact logits under
-//! the same queries, and a page that beats the weakest cell the last pass kept by
-//! `recall_margin` takes the places of the weakest kept cells (with the page after it). After a
-//! multi-token batch in the decode phase (a new user turn) a swap pass runs instead (a pass at
-//! the current size). Cells recalled are kept by the next pass, and a page a pass has just evicted
-//! or weighed is not checked for `recall_every` steps (no thrashing).
+//! Between passes, every `recall_every` steps, a check fills the holes of a passage being
+//! re-read: token-level eviction keeps single cells of an old passage, and when the text returns
+//! the newest queries attend to one of them. When the kept cell they attend most beats the
+//! weakest cell the last pass kept by `recall_margin`, the archived positions among the `page`
+//! positions after it come back in place of the weakest kept cells. When it does not (nothing
+//! of the passage was kept), the archived pages with the best bounds under the same queries get
+//! exact logits, and those that beat the threshold come back. After a multi-token batch in the
+//! decode phase (a new user turn) a swap pass runs instead (a pass at the current size). Cells
+//! recalled are kept by the next pass.
 
 use std::time::Instant;
 
@@ -20,7 +23,7 @@ use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
-use crate::scorer::{ExtraKeys, ScoreCtx, ScoreRows, Scorer};
+use crate::scorer::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows, Scorer};
 use crate::select::select_evictions;
 
 /// Per-sequence recall state.
@@ -47,7 +50,6 @@ pub struct ArchScratch {
     pub cand_k: Vec<Vec<f32>>,
     bounds: Vec<f32>,
     bound_rows: ScoreRows,
-    exact_rows: ScoreRows,
     /// Archived pages best bound first (page, bound), and the pages a step works on.
     ranked: Vec<(i32, f32)>,
     page_ids: Vec<i32>,
@@ -68,8 +70,10 @@ pub struct ArchScratch {
     archive: ArchiveScratch,
 }
 
+/// Archived pages a check confirms with exact logits when the cache holds nothing the newest
+/// queries want.
 const TARGET_PAGES: usize = 8;
-/// Pages after a recalled page that come with it.
+/// Pages after a page found that way that come with it.
 const READ_AHEAD: i32 = 1;
 
 impl Engine {
@@ -143,7 +147,6 @@ impl Engine {
             params,
             seqs,
             archive,
-            step,
             ..
         } = self;
         let (Some(layout), Some(state)) = (archive.as_ref(), seqs.get_mut(&seq)) else {
@@ -164,7 +167,7 @@ impl Engine {
             extra: None,
             prune_evict: None,
         };
-        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, |_| true, sc) {
+        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, sc) {
             return 0;
         }
         let limit = (params.budget / 4).max(layout.page);
@@ -181,13 +184,7 @@ impl Engine {
         }
         load_candidates(layout, &state.archive, &chosen, sc);
         sc.page_ids = chosen;
-        let m = sc.cand_pos.len();
-        for &id in &sc.cand_page {
-            if let Some(page) = state.archive.page_mut(id) {
-                page.checked_at = *step;
-            }
-        }
-        m
+        sc.cand_pos.len()
     }
 
     /// Shared selection over the `n` cells and `m` candidates scored in `scratch.scores`:
@@ -327,7 +324,6 @@ impl Engine {
             seqs,
             archive,
             params,
-            step,
             ..
         } = self;
         let Some(layout) = archive.as_ref() else {
@@ -352,7 +348,7 @@ impl Engine {
             k: &a.k,
             v: &a.v,
         };
-        state.archive.insert(layout, &rows, *step, &mut a.archive);
+        state.archive.insert(layout, &rows, &mut a.archive);
         state.archive.enforce_cap(params.archive);
         Ok(())
     }
@@ -483,10 +479,10 @@ impl Engine {
         }
     }
 
-    /// The per-step recall: archived pages (not touched by a pass lately) whose bound under the newest
-    /// query beats the weakest kept cell are checked with exact logits; a page that wins takes
-    /// the places of the weakest kept cells (which are archived), with the page after it when
-    /// that one is archived too (text is re-read in order). Returns the cells recalled.
+    /// The per-step recall: the holes after the kept cell the newest queries attend most (see
+    /// `holes_after`), or failing that the archive's best pages (`archive_winners`), take the
+    /// places of the weakest kept cells of the last pass (which are archived) that they beat by
+    /// `recall_margin`. Returns the cells recalled.
     fn targeted_recall(&mut self, host: &mut dyn Host, seq: i32) -> Result<usize, String> {
         let Engine {
             scratch,
@@ -495,7 +491,6 @@ impl Engine {
             params,
             seqs,
             archive,
-            step,
             ..
         } = self;
         let (Some(layout), Some(state)) = (archive.as_ref(), seqs.get_mut(&seq)) else {
@@ -503,13 +498,18 @@ impl Engine {
         };
         let margin = params.recall_margin();
         let threshold = state.recall.victims[0].0 + margin;
-        let wait = params.recall_every as u64;
         let sc = &mut scratch.arch;
-        // 1. bounds under the newest query
+        let mut stream = 0u32;
+        let n = host.seq_cells(seq, &mut scratch.pos, &mut scratch.cells, &mut stream);
+        if n < 0 || n as usize > scratch.cells.len() {
+            return Ok(0); // listing failed or grew past the buffers: the next pass recalls
+        }
+        let n = n as usize;
+        let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
         let m_pos = state.stats.pos_max + 1;
-        let mut ctx = ScoreCtx {
+        let ctx = ScoreCtx {
             seq,
-            stream: 0,
+            stream,
             cells: &[],
             pos: &[],
             m_pos,
@@ -520,67 +520,20 @@ impl Engine {
             extra: None,
             prune_evict: None,
         };
-        let unchecked = |p: &Page| p.checked_at + wait <= *step;
-        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, unchecked, sc) {
-            return Ok(0);
-        }
-        sc.page_ids.clear();
-        sc.page_ids.extend(
-            sc.ranked
-                .iter()
-                .take_while(|r| r.1 > threshold)
-                .take(TARGET_PAGES)
-                .map(|r| r.0),
-        );
-        if sc.page_ids.is_empty() {
-            return Ok(0);
-        }
-        // 2. exact logits of the best pages' keys
-        let best_ids = std::mem::take(&mut sc.page_ids);
-        load_candidates(layout, &state.archive, &best_ids, sc);
-        sc.page_ids = best_ids;
-        let m = sc.cand_pos.len();
-        ctx.extra = Some(ExtraKeys {
-            n: m,
-            k: &sc.cand_k,
-        });
-        scorer.extra_rows(&ctx, &mut sc.exact_rows);
-        sc.exact_rows.max_into(&mut sc.raw_max);
-        let mut winners: Vec<(i32, f32)> = Vec::new();
-        for &id in &sc.page_ids {
-            let best = (0..m)
-                .filter(|&c| sc.cand_page[c] == id)
-                .fold(f32::NEG_INFINITY, |b, c| b.max(sc.raw_max[c]));
-            if best > threshold {
-                winners.push((id, best));
+        // 1. where the sequence reads from now: the holes after it, or when nothing the cache
+        // holds beats the threshold, the archived pages whose keys do
+        let read = reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
+            .map_err(|e| e.0)?;
+        let ids = match read {
+            Some((s, logit)) if logit > threshold => {
+                holes_after(s, logit, layout, &state.archive, &mut sc.recall)
             }
-        }
-        if winners.is_empty() {
+            _ => archive_winners(scorer.as_mut(), &ctx, threshold, layout, &state.archive, sc),
+        };
+        if sc.recall.is_empty() {
             return Ok(0);
         }
-        // the pages after a winner come too (text is re-read in order)
-        let mut ids: Vec<(i32, f32)> = winners.clone();
-        for &(id, score) in &winners {
-            for next in id + 1..=id + READ_AHEAD {
-                if state.archive.page(next).is_some() && !ids.iter().any(|w| w.0 == next) {
-                    ids.push((next, score));
-                }
-            }
-        }
-        ids.sort_by_key(|w| w.0);
-        sc.recall.clear();
-        for &(id, _) in &ids {
-            let page = state.archive.page(id).expect("archived");
-            sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
-        }
-        // 3. the weakest kept cells of the last pass make room (still held, not recalled since)
-        let mut stream = 0u32;
-        let n = host.seq_cells(seq, &mut scratch.pos, &mut scratch.cells, &mut stream);
-        if n < 0 || n as usize > scratch.cells.len() {
-            return Ok(0); // listing failed or grew past the buffers: the next pass recalls
-        }
-        let n = n as usize;
-        let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
+        // 2. the weakest kept cells of the last pass make room (still held, not recalled since)
         let score_of = |id: i32| ids.iter().find(|w| w.0 == id).map_or(f32::MIN, |w| w.1);
         scratch.evict_cells.clear();
         sc.ev_pos.clear();
@@ -610,7 +563,7 @@ impl Engine {
         }
         let recalled: Vec<(f32, i32)> =
             sc.recall.iter().map(|&(id, p)| (score_of(id), p)).collect();
-        // 4. archive and evict those cells, place the pages
+        // 3. archive and evict those cells, place the pages
         self.archive_evicted(host, seq, stream)?;
         let rc = host.seq_evict(seq, &self.scratch.evict_cells);
         if rc < 0 {
@@ -632,21 +585,139 @@ impl Engine {
     }
 }
 
-/// The archived pages `keep` accepts, best bound first under the scorer's positioned queries,
-/// into `sc.ranked` as (page, bound). False when the scorer has no page bounds.
+/// The kept cell outside the window that the newest queries attend most: (position, logit).
+/// `None` when there is no such cell or the scorer reads no queries.
+fn reading_position(
+    scorer: &mut dyn Scorer,
+    host: &mut dyn Host,
+    ctx: &ScoreCtx,
+    (pos, cells): (&[i32], &[u32]),
+    window: usize,
+    sc: &mut ArchScratch,
+) -> Result<Option<(i32, f32)>, ScoreError> {
+    let end = pos.len().saturating_sub(window.max(1));
+    if end == 0 {
+        return Ok(None);
+    }
+    let ctx = ScoreCtx {
+        cells: &cells[..end],
+        pos: &pos[..end],
+        ..*ctx
+    };
+    if !scorer.cell_rows(&ctx, host, &mut sc.bound_rows)? || sc.bound_rows.n_rows() == 0 {
+        return Ok(None);
+    }
+    sc.bound_rows.max_into(&mut sc.bounds);
+    let top = sc
+        .bounds
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1));
+    Ok(top.map(|(i, &logit)| (pos[i], logit)))
+}
+
+/// Where a passage is being re-read, token-level eviction has left holes in it, and a hole's
+/// page would only win a check after the token that needed it: the archived positions in
+/// `s + 1 ..= s + page` after the reading position `s`, into `recall` as (page, position);
+/// returns their pages with `logit`.
+fn holes_after(
+    s: i32,
+    logit: f32,
+    layout: &Layout,
+    archive: &crate::archive::SeqArchive,
+    recall: &mut Vec<(i32, i32)>,
+) -> Vec<(i32, f32)> {
+    let holes = (s + 1)..=(s + layout.page as i32);
+    recall.clear();
+    let mut ids = Vec::new();
+    for id in layout.page_of(*holes.start())..=layout.page_of(*holes.end()) {
+        let Some(page) = archive.page(id) else {
+            continue;
+        };
+        let before = recall.len();
+        recall.extend(
+            page.pos
+                .iter()
+                .filter(|p| holes.contains(p))
+                .map(|&p| (id, p)),
+        );
+        if recall.len() > before {
+            ids.push((id, logit));
+        }
+    }
+    ids
+}
+
+/// When nothing the cache holds beats `threshold` (a passage returns of which no cell was kept):
+/// the `TARGET_PAGES` archived pages with the best bounds get exact logits, and those with a key
+/// above `threshold` win, each with the page after it (text is re-read in order). Their positions
+/// go into `sc.recall` as (page, position); returns (page, its best logit) in page order.
+fn archive_winners(
+    scorer: &mut dyn Scorer,
+    ctx: &ScoreCtx,
+    threshold: f32,
+    layout: &Layout,
+    archive: &crate::archive::SeqArchive,
+    sc: &mut ArchScratch,
+) -> Vec<(i32, f32)> {
+    sc.recall.clear();
+    if !rank_pages(scorer, ctx, layout, archive, sc) {
+        return Vec::new();
+    }
+    let best: Vec<i32> = sc
+        .ranked
+        .iter()
+        .take_while(|r| r.1 > threshold)
+        .take(TARGET_PAGES)
+        .map(|r| r.0)
+        .collect();
+    if best.is_empty() {
+        return Vec::new();
+    }
+    load_candidates(layout, archive, &best, sc);
+    let extra = ExtraKeys {
+        n: sc.cand_pos.len(),
+        k: &sc.cand_k,
+    };
+    let ctx = ScoreCtx {
+        extra: Some(extra),
+        ..*ctx
+    };
+    scorer.extra_rows(&ctx, &mut sc.bound_rows);
+    sc.bound_rows.max_into(&mut sc.raw_max);
+    let mut ids: Vec<(i32, f32)> = Vec::new();
+    for &id in &best {
+        let logit = (0..sc.cand_pos.len())
+            .filter(|&c| sc.cand_page[c] == id)
+            .fold(f32::NEG_INFINITY, |b, c| b.max(sc.raw_max[c]));
+        if logit <= threshold {
+            continue;
+        }
+        for id in id..=id + READ_AHEAD {
+            if archive.page(id).is_some() && !ids.iter().any(|w| w.0 == id) {
+                ids.push((id, logit));
+            }
+        }
+    }
+    ids.sort_by_key(|w| w.0);
+    sc.recall.clear();
+    for &(id, _) in &ids {
+        let page = archive.page(id).expect("archived");
+        sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
+    }
+    ids
+}
+
+/// The archived pages, best bound first under the scorer's positioned queries, into
+/// `sc.ranked` as (page, bound). False when the scorer has no page bounds.
 fn rank_pages(
     scorer: &mut dyn Scorer,
     ctx: &ScoreCtx,
     layout: &Layout,
     archive: &crate::archive::SeqArchive,
-    keep: impl Fn(&Page) -> bool,
     sc: &mut ArchScratch,
 ) -> bool {
-    let pages: Vec<(i32, &Page)> = archive
-        .pages()
-        .filter(|(_, p)| keep(p))
-        .map(|(&id, p)| (id, p))
-        .collect();
+    let pages: Vec<(i32, &Page)> = archive.pages().map(|(&id, p)| (id, p)).collect();
     let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
     if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bound_rows) {
         return false;

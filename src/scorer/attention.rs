@@ -77,6 +77,23 @@ impl Scorer for QueryScorer {
         true
     }
 
+    fn cell_rows(
+        &mut self,
+        ctx: &ScoreCtx,
+        host: &mut dyn Host,
+        rows: &mut ScoreRows,
+    ) -> Result<bool, ScoreError> {
+        rows.reset(ctx.cells.len());
+        let ctx = ScoreCtx {
+            prob: false,
+            extra: None,
+            prune_evict: None,
+            ..*ctx
+        };
+        self.kernel.run(&ctx, host, rows, positioned_queries)?;
+        Ok(true)
+    }
+
     fn raw_max(&self) -> Option<&[f32]> {
         let raw = &self.kernel.raw_max;
         (!raw.is_empty()).then_some(raw.as_slice())
@@ -168,10 +185,6 @@ pub struct AttentionKernel {
     /// Probability scoring: each column's largest raw logit over the pass (`Scorer::raw_max`);
     /// empty after a pass that scored logits.
     raw_max: Vec<f32>,
-    /// Queries `page_bounds` prepared, per layer (queries per group, matrix), kept for the
-    /// `extra_rows` call on the same sequence that follows it (RoPE is the costly part).
-    recall_queries: Vec<(usize, Vec<f32>)>,
-    recall_seq: Option<i32>,
     /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
     rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
@@ -252,14 +265,8 @@ impl AttentionKernel {
     ) {
         rows.reset(n_pages);
         self.rotations.clear();
-        self.recall_queries
-            .resize(ctx.layers.len(), (0, Vec::new()));
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
             let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
-            let cached = &mut self.recall_queries[li];
-            cached.0 = per_group;
-            cached.1.clear();
-            cached.1.extend_from_slice(&self.queries);
             let out = rows.add_rows(layer.n_head_kv);
             if per_group == 0 {
                 out.fill(f32::NEG_INFINITY);
@@ -307,27 +314,17 @@ impl AttentionKernel {
                 }
             }
         }
-        self.recall_seq = Some(ctx.seq);
     }
 
     /// One row per (layer, kv head), in layer order, over the keys of `ctx.extra`: the largest
     /// logit the group's `source` queries give the key (`-inf` for a layer without queries).
-    /// Right after `page_bound_rows` on the same sequence (nothing captured in between: the
-    /// recall check calls them back to back) it reuses the queries that call prepared.
     pub fn extra_rows(&mut self, ctx: &ScoreCtx, source: QuerySource, rows: &mut ScoreRows) {
         let Some(extra) = ctx.extra else { return };
         rows.reset(extra.n);
         self.rotations.clear();
-        let cached = self.recall_seq.take() == Some(ctx.seq)
-            && self.recall_queries.len() == ctx.layers.len();
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
-            let (per_group, queries) = if cached {
-                let (k, q) = &self.recall_queries[li];
-                (*k, q.as_slice())
-            } else {
-                let k = self.prepare_queries(layer, lq, ctx.m_pos, source);
-                (k, self.queries.as_slice())
-            };
+            let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
+            let queries = self.queries.as_slice();
             let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
             let out = rows.add_rows(n_kv);
             if per_group == 0 {
@@ -365,7 +362,6 @@ impl AttentionKernel {
         rows: &mut ScoreRows,
         source: QuerySource,
     ) -> Result<(), ScoreError> {
-        self.recall_seq = None; // run prepares other queries over the same scratch
         self.rotations.clear();
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);

@@ -140,9 +140,23 @@ pub trait Scorer: Send {
     }
 
     /// Rows as `page_bounds`'s, over the keys of `ctx.extra`: the largest logit the same
-    /// queries give the key. Returns false (nothing written) for a scorer that reads no queries.
+    /// queries give the key (the exact scores the bounds bound). Returns false (nothing
+    /// written) for a scorer that reads no queries.
     fn extra_rows(&mut self, _ctx: &ScoreCtx, _rows: &mut ScoreRows) -> bool {
         false
+    }
+
+    /// Rows as `page_bounds`'s (reset first), over the cache's `ctx.cells`: the largest logit
+    /// the same newest queries give each cell, which tells where the sequence reads from now.
+    /// `ctx.prob`, `extra` and `prune_evict` are ignored. Returns false (nothing written) for a
+    /// scorer that reads no queries.
+    fn cell_rows(
+        &mut self,
+        _ctx: &ScoreCtx,
+        _host: &mut dyn Host,
+        _rows: &mut ScoreRows,
+    ) -> Result<bool, ScoreError> {
+        Ok(false)
     }
 
     /// After a `score` with `ctx.prob`: each column's largest raw logit over every row and
