@@ -48,8 +48,10 @@ pub struct ArchScratch {
     cand_pos: Vec<i32>,
     cand_page: Vec<i32>,
     pub cand_k: Vec<Vec<f32>>,
-    bounds: Vec<f32>,
-    bound_rows: ScoreRows,
+    /// A check's score rows (page bounds, exact logits or the cells' logits) and their column
+    /// maxima.
+    score_rows: ScoreRows,
+    col_max: Vec<f32>,
     /// Archived pages best bound first (page, bound), and the pages a step works on.
     ranked: Vec<(i32, f32)>,
     page_ids: Vec<i32>,
@@ -604,12 +606,12 @@ fn reading_position(
         pos: &pos[..end],
         ..*ctx
     };
-    if !scorer.cell_rows(&ctx, host, &mut sc.bound_rows)? || sc.bound_rows.n_rows() == 0 {
+    if !scorer.cell_rows(&ctx, host, &mut sc.score_rows)? || sc.score_rows.n_rows() == 0 {
         return Ok(None);
     }
-    sc.bound_rows.max_into(&mut sc.bounds);
+    sc.score_rows.max_into(&mut sc.col_max);
     let top = sc
-        .bounds
+        .col_max
         .iter()
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1));
@@ -683,8 +685,8 @@ fn archive_winners(
         extra: Some(extra),
         ..*ctx
     };
-    scorer.extra_rows(&ctx, &mut sc.bound_rows);
-    sc.bound_rows.max_into(&mut sc.raw_max);
+    scorer.extra_rows(&ctx, &mut sc.score_rows);
+    sc.score_rows.max_into(&mut sc.raw_max);
     let mut ids: Vec<(i32, f32)> = Vec::new();
     for &id in &best {
         let logit = (0..sc.cand_pos.len())
@@ -719,13 +721,13 @@ fn rank_pages(
 ) -> bool {
     let pages: Vec<(i32, &Page)> = archive.pages().map(|(&id, p)| (id, p)).collect();
     let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.bound_rows) {
+    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.score_rows) {
         return false;
     }
-    sc.bound_rows.max_into(&mut sc.bounds);
+    sc.score_rows.max_into(&mut sc.col_max);
     sc.ranked.clear();
     sc.ranked
-        .extend(pages.iter().zip(&sc.bounds).map(|(&(id, _), &b)| (id, b)));
+        .extend(pages.iter().zip(&sc.col_max).map(|(&(id, _), &b)| (id, b)));
     sc.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     true
 }
