@@ -702,7 +702,6 @@ fn archive_winners(
         }
     }
     ids.sort_by_key(|w| w.0);
-    sc.recall.clear();
     for &(id, _) in &ids {
         let page = archive.page(id).expect("archived");
         sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
