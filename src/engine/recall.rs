@@ -65,6 +65,10 @@ pub struct ArchScratch {
     ev_pos: Vec<i32>,
     ev_scores: Vec<f32>,
     recall: Vec<(i32, i32)>,
+    /// A check's winning pages with the logit that won them (page, logit).
+    winners: Vec<(i32, f32)>,
+    /// The positions taken out of one page.
+    take_pos: Vec<i32>,
     k: Vec<Vec<u8>>,
     v: Vec<Vec<u8>>,
     rows: RecallRows,
@@ -396,9 +400,9 @@ impl Engine {
         while start < a.recall.len() {
             let id = a.recall[start].0;
             let end = start + a.recall[start..].iter().take_while(|r| r.0 == id).count();
-            a.ev_scores.clear(); // reused as nothing else needs it now
-            let take: Vec<i32> = a.recall[start..end].iter().map(|r| r.1).collect();
-            state.archive.take(layout, id, &take, &mut a.rows);
+            a.take_pos.clear();
+            a.take_pos.extend(a.recall[start..end].iter().map(|r| r.1));
+            state.archive.take(layout, id, &a.take_pos, &mut a.rows);
             start = end;
         }
         debug_assert_eq!(a.rows.pos, a.ev_pos, "rows come out in the placed order");
@@ -526,27 +530,29 @@ impl Engine {
         // holds beats the threshold, the archived pages whose keys do
         let read = reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
             .map_err(|e| e.0)?;
-        let ids = match read {
+        match read {
             Some((s, logit)) if logit > threshold => {
-                holes_after(s, logit, layout, &state.archive, &mut sc.recall)
+                holes_after(s, logit, layout, &state.archive, sc)
             }
             _ => archive_winners(scorer.as_mut(), &ctx, threshold, layout, &state.archive, sc),
-        };
+        }
         if sc.recall.is_empty() {
             return Ok(0);
         }
         // 2. the weakest kept cells of the last pass make room (still held, not recalled since)
-        let score_of = |id: i32| ids.iter().find(|w| w.0 == id).map_or(f32::MIN, |w| w.1);
+        let won = |id: i32| score_of(&sc.winners, id);
         scratch.evict_cells.clear();
         sc.ev_pos.clear();
         sc.ev_scores.clear();
-        let mut taken = Vec::new();
-        for (vi, &(score, p)) in state.recall.victims.iter().enumerate() {
+        let held = &state.recall.held;
+        let mut examined = 0;
+        for &(score, p) in &state.recall.victims {
             let want = sc.recall.get(sc.ev_pos.len());
-            if want.is_none_or(|w| score + margin >= score_of(w.0)) {
+            if want.is_none_or(|w| score + margin >= won(w.0)) {
                 break;
             }
-            if state.recall.held.binary_search(&p).is_ok() {
+            examined += 1;
+            if held.binary_search(&p).is_ok() {
                 continue;
             }
             if let Ok(i) = pos.binary_search(&p) {
@@ -554,17 +560,17 @@ impl Engine {
                 sc.ev_pos.push(p);
                 sc.ev_scores.push(score);
             }
-            taken.push(vi);
         }
-        for vi in taken.into_iter().rev() {
-            state.recall.victims.remove(vi);
-        }
+        // the victims examined leave the list (made room, or already gone), held ones stay
+        let mut vi = 0;
+        state.recall.victims.retain(|v| {
+            vi += 1;
+            vi > examined || held.binary_search(&v.1).is_ok()
+        });
         sc.recall.truncate(sc.ev_pos.len());
         if sc.recall.is_empty() {
             return Ok(0);
         }
-        let recalled: Vec<(f32, i32)> =
-            sc.recall.iter().map(|&(id, p)| (score_of(id), p)).collect();
         // 3. archive and evict those cells, place the pages
         self.archive_evicted(host, seq, stream)?;
         let rc = host.seq_evict(seq, &self.scratch.evict_cells);
@@ -575,7 +581,12 @@ impl Engine {
         // the recalled cells are kept cells now (held through the next pass)
         let state = self.seqs.get_mut(&seq).expect("checked above");
         if k > 0 {
-            state.recall.held.extend(recalled.iter().map(|r| r.1));
+            let sc = &self.scratch.arch;
+            let recalled = sc
+                .recall
+                .iter()
+                .map(|&(id, p)| (score_of(&sc.winners, id), p));
+            state.recall.held.extend(recalled.clone().map(|r| r.1));
             state.recall.held.sort_unstable();
             state.recall.victims.extend(recalled);
             state
@@ -620,18 +631,19 @@ fn reading_position(
 
 /// Where a passage is being re-read, token-level eviction has left holes in it, and a hole's
 /// page would only win a check after the token that needed it: the archived positions in
-/// `s + 1 ..= s + page` after the reading position `s`, into `recall` as (page, position);
-/// returns their pages with `logit`.
+/// `s + 1 ..= s + page` after the reading position `s`, into `sc.recall` as (page, position),
+/// their pages with `logit` into `sc.winners`.
 fn holes_after(
     s: i32,
     logit: f32,
     layout: &Layout,
     archive: &crate::archive::SeqArchive,
-    recall: &mut Vec<(i32, i32)>,
-) -> Vec<(i32, f32)> {
+    sc: &mut ArchScratch,
+) {
     let holes = (s + 1)..=(s + layout.page as i32);
+    let (recall, winners) = (&mut sc.recall, &mut sc.winners);
     recall.clear();
-    let mut ids = Vec::new();
+    winners.clear();
     for id in layout.page_of(*holes.start())..=layout.page_of(*holes.end()) {
         let Some(page) = archive.page(id) else {
             continue;
@@ -644,16 +656,15 @@ fn holes_after(
                 .map(|&p| (id, p)),
         );
         if recall.len() > before {
-            ids.push((id, logit));
+            winners.push((id, logit));
         }
     }
-    ids
 }
 
 /// When nothing the cache holds beats `threshold` (a passage returns of which no cell was kept):
 /// the `TARGET_PAGES` archived pages with the best bounds get exact logits, and those with a key
 /// above `threshold` win, each with the page after it (text is re-read in order). Their positions
-/// go into `sc.recall` as (page, position); returns (page, its best logit) in page order.
+/// go into `sc.recall` as (page, position), (page, its best logit) into `sc.winners` in page order.
 fn archive_winners(
     scorer: &mut dyn Scorer,
     ctx: &ScoreCtx,
@@ -661,33 +672,34 @@ fn archive_winners(
     layout: &Layout,
     archive: &crate::archive::SeqArchive,
     sc: &mut ArchScratch,
-) -> Vec<(i32, f32)> {
+) {
     sc.recall.clear();
+    sc.winners.clear();
     if !rank_pages(scorer, ctx, layout, archive, sc) {
-        return Vec::new();
+        return;
     }
-    let best: Vec<i32> = sc
-        .ranked
-        .iter()
-        .take_while(|r| r.1 > threshold)
-        .take(TARGET_PAGES)
-        .map(|r| r.0)
-        .collect();
-    if best.is_empty() {
-        return Vec::new();
+    let mut best = std::mem::take(&mut sc.page_ids);
+    best.clear();
+    best.extend(
+        sc.ranked
+            .iter()
+            .take_while(|r| r.1 > threshold)
+            .take(TARGET_PAGES)
+            .map(|r| r.0),
+    );
+    if !best.is_empty() {
+        load_candidates(layout, archive, &best, sc);
+        let extra = ExtraKeys {
+            n: sc.cand_pos.len(),
+            k: &sc.cand_k,
+        };
+        let ctx = ScoreCtx {
+            extra: Some(extra),
+            ..*ctx
+        };
+        scorer.extra_rows(&ctx, &mut sc.score_rows);
+        sc.score_rows.max_into(&mut sc.raw_max);
     }
-    load_candidates(layout, archive, &best, sc);
-    let extra = ExtraKeys {
-        n: sc.cand_pos.len(),
-        k: &sc.cand_k,
-    };
-    let ctx = ScoreCtx {
-        extra: Some(extra),
-        ..*ctx
-    };
-    scorer.extra_rows(&ctx, &mut sc.score_rows);
-    sc.score_rows.max_into(&mut sc.raw_max);
-    let mut ids: Vec<(i32, f32)> = Vec::new();
     for &id in &best {
         let logit = (0..sc.cand_pos.len())
             .filter(|&c| sc.cand_page[c] == id)
@@ -696,17 +708,22 @@ fn archive_winners(
             continue;
         }
         for id in id..=id + READ_AHEAD {
-            if archive.page(id).is_some() && !ids.iter().any(|w| w.0 == id) {
-                ids.push((id, logit));
+            if archive.page(id).is_some() && !sc.winners.iter().any(|w| w.0 == id) {
+                sc.winners.push((id, logit));
             }
         }
     }
-    ids.sort_by_key(|w| w.0);
-    for &(id, _) in &ids {
+    sc.page_ids = best;
+    sc.winners.sort_by_key(|w| w.0);
+    for &(id, _) in &sc.winners {
         let page = archive.page(id).expect("archived");
         sc.recall.extend(page.pos.iter().map(|&p| (id, p)));
     }
-    ids
+}
+
+/// The logit that won page `id` in a check (none: below any kept cell).
+fn score_of(winners: &[(i32, f32)], id: i32) -> f32 {
+    winners.iter().find(|w| w.0 == id).map_or(f32::MIN, |w| w.1)
 }
 
 /// The archived pages, best bound first under the scorer's positioned queries, into
