@@ -102,17 +102,24 @@ typedef struct beaconkv_params {
     int32_t  page;       /* [page]    consecutive positions per archive page (summary and recall
                                       unit); default 16                                                 */
     int32_t  recall_every; /* [recall_every] decode steps between targeted recall checks. A check
-                                      finds the kept cell the newest 4 queries attend most (where the
-                                      text is being read from) and recalls the archived cells among
-                                      the `page` positions after it in place of the weakest kept
-                                      cells; when that cell does not beat the weakest kept one by
-                                      recall_margin, the archived pages with the best bounds are
-                                      checked instead. 0 = only at compression passes and after
-                                      multi-token batches; default 4                                   */
+                                      finds where the text is being read from (see recall_match)
+                                      and recalls the archived cells among the `page` positions
+                                      after it in place of the weakest kept cells. 0 = only at
+                                      compression passes and after multi-token batches; default 4     */
     float    recall_margin; /* [recall_margin] logits by which a check's best logit must beat the weakest
                                       kept cell's (0..1000, two decimals); default 2. Lower
                                       recalls more (a returning passage comes back sooner), higher
-                                      disturbs ordinary text less                                       */
+                                      disturbs ordinary text less (recall_match = 0 only)               */
+    int32_t  recall_match; /* [recall_match] with token ids from the host (after_ubatch): a check
+                                      recalls only when the newest recall_match tokens occurred
+                                      earlier in the sequence, from the positions after that earlier
+                                      occurrence, and a pass in the decode phase lets archived pages
+                                      compete only after such a check; text that repeats nothing runs
+                                      exactly as without the archive. 0 (or no token ids) = the
+                                      reading position is the kept cell the newest 4 queries attend
+                                      most, which must beat the weakest kept one by recall_margin,
+                                      else the archived pages with the best bounds are checked;
+                                      0..1024, default 8                                                */
 } beaconkv_params;
 
 /* Element type of the archive (the cache's own K/V types are whatever the host uses). */
@@ -218,7 +225,7 @@ typedef struct beaconkv_plugin {
     int32_t (*before_batch)(void * ud, int32_t n_seq, const int32_t * seq_ids, const int32_t * n_new,
                             const int32_t * n_outputs);
     int32_t (*after_ubatch)(void * ud, int32_t n_tokens, const int32_t * pos, const int32_t * seq_id,
-                            const int32_t * q_row);
+                            const int32_t * q_row, const int32_t * token);
     int32_t (*after_decode)(void * ud);
     void    (*seq_removed)(void * ud, int32_t seq, int32_t p0, int32_t p1);
     void    (*seq_copied)(void * ud, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
@@ -379,11 +386,13 @@ int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32
                               const int32_t * n_new, const int32_t * n_outputs);
 
 /* After each ubatch was computed: token i has position pos[i] in sequence seq_id[i] (its first
- * sequence) and its query sits in row q_row[i] of every layer's query store (-1 = not captured).
- * The plugin calls host->synchronize before reading. A failed query read moves the context to
- * fallback mode and returns BEACONKV_ERR_HOST. */
+ * sequence), its query sits in row q_row[i] of every layer's query store (-1 = not captured) and
+ * its id is token[i]. token may be NULL (a batch of embeddings: the archive then finds a passage
+ * being re-read from the queries alone, see recall_match); pos, seq_id and q_row may not. All
+ * arrays are borrowed for the call. The plugin calls host->synchronize before reading. A failed
+ * query read moves the context to fallback mode and returns BEACONKV_ERR_HOST. */
 int32_t beaconkv_after_ubatch(beaconkv_context * ctx, int32_t n_tokens, const int32_t * pos,
-                              const int32_t * seq_id, const int32_t * q_row);
+                              const int32_t * seq_id, const int32_t * q_row, const int32_t * token);
 
 /* At the end of a successful decode call: sequences above their budget are compressed. */
 int32_t beaconkv_after_decode(beaconkv_context * ctx);

@@ -149,6 +149,10 @@ pub struct Params {
     /// Logits by which a recall check's best logit must beat the weakest kept cell's, in
     /// hundredths (spec value 3 = 300).
     pub recall_margin_centi: usize,
+    /// Tokens the newest text must repeat of an earlier passage before a check recalls that
+    /// passage's archived continuation (and passes let archived pages compete); 0 = read the
+    /// position from the queries alone (see `engine/recall.rs`).
+    pub recall_match: usize,
 }
 
 impl Default for Params {
@@ -173,12 +177,13 @@ impl Default for Params {
             page: 16,
             recall_every: 4,
             recall_margin_centi: 200,
+            recall_match: 8,
         }
     }
 }
 
 /// Spec keys, in canonical order.
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 20] = [
     "policy",
     "budget",
     "min",
@@ -198,6 +203,7 @@ pub const KEYS: [&str; 19] = [
     "page",
     "recall_every",
     "recall_margin",
+    "recall_match",
 ];
 
 /// The command-line flag of the patched llama.cpp tools that sets `key`, for error messages
@@ -359,6 +365,7 @@ impl Params {
             "archive" => self.archive,
             "page" => self.page,
             "recall_every" => self.recall_every,
+            "recall_match" => self.recall_match,
             _ => return Ok(()), // enumerations, the seed and the flags: any parsed value is valid
         };
         if value > max {
@@ -377,6 +384,10 @@ impl Params {
             "page" if !(1..=4096).contains(&value) => Err(ConfigError::new(
                 key,
                 format!("{value} is out of range; allowed range 1..=4096"),
+            )),
+            "recall_match" if value > 1024 => Err(ConfigError::new(
+                key,
+                format!("{value} is out of range; allowed range 0..=1024 (0 = by queries)"),
             )),
             _ => Ok(()),
         }
@@ -543,6 +554,7 @@ impl Params {
             "page" => self.page = uint(I32_MAX)? as usize,
             "recall_every" => self.recall_every = uint(I32_MAX)? as usize,
             "recall_margin" => self.recall_margin_centi = parse_centi(key, value)?,
+            "recall_match" => self.recall_match = uint(I32_MAX)? as usize,
             _ => unreachable!("key list and setter disagree: {key}"),
         }
         Ok(())
@@ -555,7 +567,7 @@ impl Params {
             Prefix::First(n) => n.to_string(),
         };
         format!(
-            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={},archive={},archive_type={},page={},recall_every={},recall_margin={}",
+            "policy={},budget={},min={},beacons={},recent={},window={},prefix={},prefix_max={},reduce={},span={},qcap={},seed={},read={},score={},archive={},archive_type={},page={},recall_every={},recall_margin={},recall_match={}",
             self.policy.name(),
             self.budget,
             self.budget_min,
@@ -574,7 +586,8 @@ impl Params {
             self.archive_type.name(),
             self.page,
             self.recall_every,
-            format_centi(self.recall_margin_centi)
+            format_centi(self.recall_margin_centi),
+            self.recall_match
         )
     }
 }

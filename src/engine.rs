@@ -30,6 +30,7 @@ use crate::scorer::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer
 use crate::select::SelectScratch;
 use crate::state::{Reader, Writer};
 use crate::stats::SeqStats;
+use crate::tokens::TokenTrail;
 
 /// A host callback failed; the message names it and its return value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +68,8 @@ struct SeqState {
     archive: SeqArchive,
     /// Recall bookkeeping of the sequence.
     recall: recall::SeqRecall,
+    /// Token ids by position (recorded only while the archive recalls by tokens).
+    trail: TokenTrail,
 }
 
 impl SeqState {
@@ -363,6 +366,7 @@ impl Engine {
                 stats: SeqStats::new(),
                 archive: SeqArchive::default(),
                 recall: Default::default(),
+                trail: TokenTrail::default(),
             };
             self.seqs.insert(seq, state);
         }
@@ -474,6 +478,17 @@ impl Engine {
             self.seq_entry(seq).stats.prefix_len = prefix;
         }
         result
+    }
+
+    /// Hook (with `after_ubatch`): the ids of a ubatch's tokens, which the archive's recall
+    /// reads to tell a passage being re-read (see `tokens.rs`). Kept only while it does.
+    pub fn record_tokens(&mut self, pos: &[i32], seq_id: &[i32], tokens: &[i32]) {
+        if self.params.archive == 0 || self.params.recall_match == 0 {
+            return;
+        }
+        for ((&p, &s), &t) in pos.iter().zip(seq_id).zip(tokens) {
+            self.seq_entry(s).trail.record(p, t);
+        }
     }
 
     /// Hook: a ubatch was computed. Records positions and captures queries.
@@ -635,7 +650,13 @@ impl Engine {
         swap: bool,
     ) -> Result<usize, EngineError> {
         let t0 = Instant::now();
-        self.seq_entry(seq);
+        let room = if self.params.recall_match > 0 && self.params.archive > 0 {
+            2 * self.params.budget + 64
+        } else {
+            0
+        };
+        // tokens recorded until the next pass must not allocate on the per-token path
+        self.seq_entry(seq).trail.reserve(room);
         let mut stream = 0u32;
         let n = loop {
             let sc = &mut self.scratch;
@@ -665,7 +686,7 @@ impl Engine {
                 // K of the last decode call may still be in flight on an asynchronous backend.
                 host.synchronize();
             }
-            if has_archived {
+            if has_archived && self.candidates_wanted(seq, swap) {
                 m = self.pick_candidates(seq, stream, n);
             }
             // Cells selection always keeps need no score when nothing else reads one: the
@@ -728,6 +749,9 @@ impl Engine {
         } else {
             0
         };
+        if archiving {
+            self.enforce_archive_cap(seq);
+        }
         let t4 = Instant::now();
         let evicted = self.scratch.evict_cells.len();
         let bytes = self.kv_bytes_per_cell;
@@ -833,6 +857,7 @@ impl Engine {
                 state.archive.remove_range(layout, lo, hi);
             }
             state.recall.held.retain(|&p| p < lo || p >= hi);
+            state.trail.remove_range(lo, hi);
             if hi == i32::MAX {
                 state.stats.pos_max = state.stats.pos_max.min(lo - 1);
                 state.prompt_len = state.prompt_len.min(lo as usize);
@@ -871,6 +896,8 @@ impl Engine {
                     state.archive.remove_range(layout, 0, lo);
                     state.archive.remove_range(layout, hi, i32::MAX);
                 }
+                state.trail.remove_range(0, lo);
+                state.trail.remove_range(hi, i32::MAX);
                 state.stats.pos_max = copied_max;
                 state.prompt_len = state.prompt_len.min(hi as usize);
             }
@@ -913,6 +940,7 @@ impl Engine {
         state.archive.save(&mut a);
         w.u64(a.buf.len() as u64);
         w.buf.extend_from_slice(&a.buf);
+        state.trail.save(&mut w);
         Some(w.buf)
     }
 
@@ -941,6 +969,7 @@ impl Engine {
             stats: SeqStats::new(),
             archive: SeqArchive::default(),
             recall: Default::default(),
+            trail: TokenTrail::default(),
         };
         let st = &mut state.stats;
         st.cells_in_use = r.u64()? as usize;
@@ -971,6 +1000,9 @@ impl Engine {
                 let min_max = version == 2;
                 state.archive = SeqArchive::load(layout, &mut Reader::new(blob), min_max)?;
             }
+        }
+        if version >= 4 {
+            state.trail = TokenTrail::load(&mut r)?;
         }
         r.finish()?;
         self.seqs.insert(seq, state);

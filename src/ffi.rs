@@ -58,6 +58,7 @@ pub struct beaconkv_params {
     pub page: i32,
     pub recall_every: i32,
     pub recall_margin: f32,
+    pub recall_match: i32,
 }
 
 /// `beaconkv_layer`.
@@ -572,6 +573,7 @@ pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
     page: 16,
     recall_every: 4,
     recall_margin: 2.0,
+    recall_match: 8,
 };
 
 impl beaconkv_params {
@@ -600,6 +602,7 @@ impl beaconkv_params {
             page: p.page as i32,
             recall_every: p.recall_every as i32,
             recall_margin: p.recall_margin(),
+            recall_match: p.recall_match as i32,
         }
     }
 
@@ -678,6 +681,7 @@ impl beaconkv_params {
                 }
                 (m * 100.0).round() as usize
             },
+            recall_match: uint("recall_match", self.recall_match)?,
         };
         p.validate()?;
         Ok(p)
@@ -989,8 +993,16 @@ pub struct beaconkv_plugin {
     pub q_capacity: i32,
     pub before_batch:
         Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, *const i32, *const i32) -> i32>,
-    pub after_ubatch:
-        Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, *const i32, *const i32) -> i32>,
+    pub after_ubatch: Option<
+        unsafe extern "C" fn(
+            *mut c_void,
+            i32,
+            *const i32,
+            *const i32,
+            *const i32,
+            *const i32,
+        ) -> i32,
+    >,
     pub after_decode: Option<unsafe extern "C" fn(*mut c_void) -> i32>,
     pub seq_removed: Option<unsafe extern "C" fn(*mut c_void, i32, i32, i32)>,
     pub seq_copied: Option<unsafe extern "C" fn(*mut c_void, i32, i32, i32, i32)>,
@@ -1016,8 +1028,9 @@ unsafe extern "C" fn plugin_after_ubatch(
     pos: *const i32,
     seq_id: *const i32,
     q_row: *const i32,
+    token: *const i32,
 ) -> i32 {
-    beaconkv_after_ubatch(ud.cast(), n_tokens, pos, seq_id, q_row)
+    beaconkv_after_ubatch(ud.cast(), n_tokens, pos, seq_id, q_row, token)
 }
 
 unsafe extern "C" fn plugin_after_decode(ud: *mut c_void) -> i32 {
@@ -1146,6 +1159,7 @@ pub unsafe extern "C" fn beaconkv_after_ubatch(
     pos: *const i32,
     seq_id: *const i32,
     q_row: *const i32,
+    token: *const i32,
 ) -> i32 {
     // Not retried after a panic: positions may already be counted, and in fallback mode
     // nothing more would be done with them.
@@ -1161,6 +1175,12 @@ pub unsafe extern "C" fn beaconkv_after_ubatch(
             );
             if p.is_empty() {
                 return Ok(BEACONKV_OK);
+            }
+            // token ids are optional (a batch of embeddings has none)
+            if !token.is_null() {
+                inner
+                    .engine
+                    .record_tokens(p, s, slice_arg(token, n_tokens)?);
             }
             let result = inner.engine.after_ubatch(&mut inner.host, p, s, q);
             Ok(hook_status(err, result))

@@ -22,3 +22,4 @@ pub mod select;
 pub mod simd;
 pub mod state;
 pub mod stats;
+pub mod tokens;

@@ -7,8 +7,9 @@
 //! error.
 
 pub const MAGIC: &[u8; 4] = b"BKVS";
-/// 1: no archive; 2: archive page boxes as min/max; 3: as centre/radius (2 still loads).
-pub const VERSION: u32 = 3;
+/// 1: no archive; 2: archive page boxes as min/max; 3: as centre/radius (2 still loads);
+/// 4: the token ids by position follow the archive (3 loads with none).
+pub const VERSION: u32 = 4;
 
 /// Appends values to a byte buffer.
 #[derive(Default)]

@@ -111,7 +111,14 @@ fn run(spec: &str, via_read_rows: bool, steps: usize, warm: usize) -> Vec<(usize
             next += 1;
         }
         let (a1, rc) = allocations(|| unsafe {
-            beaconkv_after_ubatch(ctx, n, pos.as_ptr(), sid.as_ptr(), qrow.as_ptr())
+            beaconkv_after_ubatch(
+                ctx,
+                n,
+                pos.as_ptr(),
+                sid.as_ptr(),
+                qrow.as_ptr(),
+                pos.as_ptr(),
+            )
         });
         assert_eq!(rc, BEACONKV_OK);
         let (a2, rc) = allocations(|| unsafe { beaconkv_after_decode(ctx) });

@@ -35,10 +35,12 @@ fn step(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg, pos: i32, seek:
         pos,
         (if seek { 0 } else { 1 }, 1.0),
         false,
+        None,
     );
 }
 
-/// `step` with the query `gain` along `axis`; with `anchor`, the key of ANCHOR points along e2.
+/// `step` with the query `gain` along `axis`; with `anchor`, the key of ANCHOR points along e2;
+/// with `token`, the host reports that token id at `pos`.
 fn step_along(
     engine: &mut Engine,
     host: &mut FakeHost,
@@ -46,6 +48,7 @@ fn step_along(
     pos: i32,
     (axis, gain): (usize, f32),
     anchor: bool,
+    token: Option<i32>,
 ) {
     engine.before_batch(host, &[0], &[1], None).unwrap();
     let cell = host.place(0, pos);
@@ -82,6 +85,9 @@ fn step_along(
                 };
             }
         }
+    }
+    if let Some(t) = token {
+        engine.record_tokens(&[pos], &[0], &[t]);
     }
     engine.after_ubatch(host, &[pos], &[0], &[0]).unwrap();
     engine.after_decode(host).unwrap();
@@ -208,7 +214,7 @@ fn holes_after_a_kept_cell_come_back_between_passes() {
     let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=1"));
     for p in 0..300 {
         let axis = if p > ANCHOR && p % 40 == 0 { 2 } else { 1 };
-        step_along(&mut engine, &mut host, &mut rng, p, (axis, 1.0), true);
+        step_along(&mut engine, &mut host, &mut rng, p, (axis, 1.0), true, None);
     }
     let kept = host.positions(0);
     assert!(kept.contains(&ANCHOR), "the anchor was evicted: {kept:?}");
@@ -216,7 +222,15 @@ fn holes_after_a_kept_cell_come_back_between_passes() {
     let mut between = 0;
     for i in 0..8 {
         let before = engine.stats(0);
-        step_along(&mut engine, &mut host, &mut rng, 300 + i, (2, 4.0), true);
+        step_along(
+            &mut engine,
+            &mut host,
+            &mut rng,
+            300 + i,
+            (2, 4.0),
+            true,
+            None,
+        );
         let after = engine.stats(0);
         if after.compress_events == before.compress_events {
             between += after.recalled - before.recalled;
@@ -232,6 +246,135 @@ fn holes_after_a_kept_cell_come_back_between_passes() {
         }
     }
     panic!("the page after the anchor did not come back within 8 steps");
+}
+
+/// The token id the text has at position `p` the first time through: all distinct.
+fn token_at(p: i32) -> i32 {
+    1000 + p
+}
+
+#[test]
+fn a_repeated_passage_is_recalled_by_its_tokens_alone() {
+    // the text of positions 88..104 comes again at 300.. while no query looks along the
+    // passage's keys: the tokens alone bring the passage back once `recall_match` of them match
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=1"));
+    for p in 0..300 {
+        step_along(
+            &mut engine,
+            &mut host,
+            &mut rng,
+            p,
+            (1, 1.0),
+            false,
+            Some(token_at(p)),
+        );
+    }
+    let kept = host.positions(0);
+    assert!(PLANTED.clone().all(|p| !kept.contains(&p)), "{kept:?}");
+    let from = PLANTED.start - 8;
+    for i in 0..16 {
+        let tok = token_at(from + i);
+        step_along(
+            &mut engine,
+            &mut host,
+            &mut rng,
+            300 + i,
+            (1, 1.0),
+            false,
+            Some(tok),
+        );
+        let kept = host.positions(0);
+        if PLANTED.clone().all(|p| kept.contains(&p)) {
+            // the 8th repeated token (i = 7) is the first on which 8 tokens match
+            assert_eq!(i, 7, "recalled at repeated token {i}");
+            assert_rows_restored(&host);
+            assert!(engine.stats(0).recalled >= PLANTED.len() as u64);
+            return;
+        }
+    }
+    panic!("the repeated passage did not come back");
+}
+
+#[test]
+fn text_that_repeats_nothing_runs_as_eviction_alone() {
+    // token ids that never repeat: the archive archives, but nothing comes back, not even when
+    // the queries look along the passage's keys (which recall by queries answers), and every
+    // step keeps exactly the cells eviction alone keeps
+    let (mut plain, mut host_a, mut rng_a) = setup(&spec(""));
+    let (mut archived, mut host_b, mut rng_b) = setup(&spec(",archive=1024,recall_every=1"));
+    for p in 0..400 {
+        let axis = if p >= 300 { 0 } else { 1 };
+        let t = Some(token_at(p));
+        step_along(
+            &mut plain,
+            &mut host_a,
+            &mut rng_a,
+            p,
+            (axis, 1.0),
+            false,
+            t,
+        );
+        step_along(
+            &mut archived,
+            &mut host_b,
+            &mut rng_b,
+            p,
+            (axis, 1.0),
+            false,
+            t,
+        );
+        assert_eq!(host_a.positions(0), host_b.positions(0), "position {p}");
+    }
+    let st = archived.stats(0);
+    assert!(st.archived > 0);
+    assert_eq!(st.recalled, 0);
+    // the same run recalling by queries (recall_match=0) does bring the passage back
+    let (mut by_queries, mut host_c, mut rng_c) =
+        setup(&spec(",archive=1024,recall_every=1,recall_match=0"));
+    for p in 0..400 {
+        let axis = if p >= 300 { 0 } else { 1 };
+        let t = Some(token_at(p));
+        step_along(
+            &mut by_queries,
+            &mut host_c,
+            &mut rng_c,
+            p,
+            (axis, 1.0),
+            false,
+            t,
+        );
+    }
+    assert!(by_queries.stats(0).recalled > 0);
+}
+
+#[test]
+fn every_cell_is_accounted_for_when_recall_meets_a_full_archive() {
+    // text that repeats every 100 tokens recalls at most checks while the archive is at its cap:
+    // cells held + archived + dropped = tokens seen, evicted + held = tokens + recalled
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=40,recall_every=1"));
+    for p in 0..600 {
+        step_along(
+            &mut engine,
+            &mut host,
+            &mut rng,
+            p,
+            (1, 1.0),
+            false,
+            Some(p % 100),
+        );
+        let st = engine.stats(0);
+        let held = host.count(0) as u64;
+        let seen = p as u64 + 1;
+        assert!(st.archived <= 40, "position {p}: {} archived", st.archived);
+        assert_eq!(
+            st.archived + st.archive_dropped + held,
+            seen,
+            "position {p}"
+        );
+        assert_eq!(st.evicted + held, seen + st.recalled, "position {p}");
+    }
+    let st = engine.stats(0);
+    assert!(st.recalled > 0 && st.archive_dropped > 0, "{st:?}");
 }
 
 #[test]

@@ -132,6 +132,7 @@ fn spec_flag_sets_every_key() {
         "page=8",
         "recall_every=2",
         "recall_margin=2.5",
+        "recall_match=12",
     ];
     let spec = keys.join(",");
     let s = stats(&["-n", "200", "--kv-compress-spec", &spec], &[]);

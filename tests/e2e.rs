@@ -140,6 +140,22 @@ fn archive_rows_move_between_cells_exactly() {
     }
 }
 
+/// Token ids reach the plugin through the patched llama.cpp: a passage that comes again is
+/// recalled by its tokens, with flash attention off and on and a quantised cache.
+#[test]
+fn archive_recalls_a_repeated_passage_by_its_tokens() {
+    for flags in [
+        &["-fa", "off"][..],
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
+    ] {
+        let out = e2e(&tiny_model(), "archive_recall_by_tokens", flags);
+        assert!(
+            out.contains("ok archive_recall_by_tokens"),
+            "{flags:?}: {out}"
+        );
+    }
+}
+
 /// A long generation with the archive: cells bounded, every token accounted for.
 #[test]
 fn archive_generation_stays_bounded() {

@@ -95,8 +95,16 @@ impl Ctx {
             sid.push(seq);
             qrow.push(i);
         }
-        let after =
-            unsafe { beaconkv_after_ubatch(ctx, n, pos.as_ptr(), sid.as_ptr(), qrow.as_ptr()) };
+        let after = unsafe {
+            beaconkv_after_ubatch(
+                ctx,
+                n,
+                pos.as_ptr(),
+                sid.as_ptr(),
+                qrow.as_ptr(),
+                pos.as_ptr(),
+            )
+        };
         [before, after, unsafe { beaconkv_after_decode(ctx) }]
     }
 }
@@ -180,7 +188,9 @@ fn every_context_function_survives_a_panic() {
         ),
         (
             "beaconkv_after_ubatch",
-            Box::new(move |c| unsafe { beaconkv_after_ubatch(c, 1, &zero, &zero, &zero) as i64 }),
+            Box::new(move |c| unsafe {
+                beaconkv_after_ubatch(c, 1, &zero, &zero, &zero, &zero) as i64
+            }),
             BEACONKV_ERR_PANIC as i64,
         ),
         (

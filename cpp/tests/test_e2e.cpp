@@ -781,6 +781,51 @@ bool test_archive_run(env & e) {
     return true;
 }
 
+// 13. Token ids reach the plugin: a passage, text that repeats nothing of it, then the passage
+//     again, one token per call. The passage is evicted (to the archive) during the gap, and once
+//     recall_match (8) of its tokens have come again, its positions come back into the cache.
+bool test_archive_recall_by_tokens(env & e) {
+    const std::string spec =
+        "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8,recall_every=1";
+    ctx_ptr ctx = make_ctx(e, spec, 8192);
+    CHECK(ctx, "context creation failed");
+    // the passage: ids 100..131; the gap: 200 other ids, none twice; then the passage again
+    std::vector<llama_token> text;
+    for (int i = 0; i < 32; i++) text.push_back(100 + i);
+    for (llama_token id = 3; id < e.n_vocab && (int) text.size() < 232; id++) {
+        if (id < 100 || id >= 132) text.push_back(id);
+    }
+    CHECK((int) text.size() == 232, "the vocabulary has too few ids (%d)", e.n_vocab);
+    const int repeat_at = (int) text.size();
+    for (int i = 0; i < 32; i++) text.push_back(100 + i);
+    CHECK(decode(ctx.get(), text.data(), 8), "prompt");
+    auto passage_held = [&]() {
+        cell_list l = list_cells(ctx.get(), 0);
+        int n = 0;
+        for (llama_pos p : l.pos) n += p >= 8 && p < 32;  // the first 8 are the protected prompt
+        return std::make_pair(n, (int) l.pos.size());
+    };
+    int before = -1, most = 0;
+    for (int t = 8; t < (int) text.size(); t++) {
+        CHECK(decode(ctx.get(), &text[t], 1), "decode at %d", t);
+        const auto [held, cells] = passage_held();
+        CHECK(cells <= 64, "%d cells at %d", cells, t);
+        if (t == repeat_at - 1) {
+            before = held;
+        } else if (t >= repeat_at) {
+            most = std::max(most, held);
+        }
+    }
+    beaconkv_stats st{};
+    beaconkv_get_stats(common_kv_compress_get(ctx.get()), 0, &st);
+    printf("archive_recall_by_tokens: passage cells held before the repeat %d of 24, at most %d during it; recalled %llu\n",
+           before, most, (unsigned long long) st.recalled);
+    CHECK(before < 8, "%d of the passage's 24 cells were still held before it returned", before);
+    CHECK(st.recalled >= 16 && most >= 16, "recalled %llu, at most %d of 24 passage cells held",
+          (unsigned long long) st.recalled, most);
+    return true;
+}
+
 int main(int argc, char ** argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
@@ -837,6 +882,8 @@ int main(int argc, char ** argv) {
         ok = test_archive_swap_in(e);
     } else if (test == "archive_run") {
         ok = test_archive_run(e);
+    } else if (test == "archive_recall_by_tokens") {
+        ok = test_archive_recall_by_tokens(e);
     } else if (test == "iswa_global_only") {
         ok = test_iswa_global_only(e);
     } else {

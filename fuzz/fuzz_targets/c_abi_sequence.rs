@@ -306,6 +306,8 @@ impl Session {
                 sid.push(s as i32);
                 qrow.push(if captured { i as i32 } else { -1 });
             }
+            // token ids that repeat, so that recall by tokens finds earlier passages
+            let tokens: Vec<i32> = pos.iter().map(|p| p % 13).collect();
             let rc = unsafe {
                 beaconkv_after_ubatch(
                     self.ctx,
@@ -313,6 +315,7 @@ impl Session {
                     pos.as_ptr(),
                     sid.as_ptr(),
                     qrow.as_ptr(),
+                    tokens.as_ptr(),
                 )
             };
             check_status("after_ubatch", rc);
@@ -420,6 +423,7 @@ impl Session {
                         ptr(&pos, 1),
                         ptr(&sid, 2),
                         ptr(&qrow, 4),
+                        ptr(&pos, 8),
                     )
                 });
                 if n > 0 && which & 7 != 0 {
@@ -519,7 +523,7 @@ impl Session {
                     self.world.write_query(0, p);
                     let q = 0;
                     check_status("after_ubatch", unsafe {
-                        beaconkv_after_ubatch(self.ctx, 1, &p, &s, &q)
+                        beaconkv_after_ubatch(self.ctx, 1, &p, &s, &q, &p)
                     });
                     let rc =
                         check_status("after_decode", unsafe { beaconkv_after_decode(self.ctx) });

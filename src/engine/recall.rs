@@ -8,14 +8,16 @@
 //! then evicted; candidates that win are placed back at their own positions.
 //!
 //! Between passes, every `recall_every` steps, a check fills the holes of a passage being
-//! re-read: token-level eviction keeps single cells of an old passage, and when the text returns
-//! the newest queries attend to one of them. When the kept cell they attend most beats the
-//! weakest cell the last pass kept by `recall_margin`, the archived positions among the `page`
-//! positions after it come back in place of the weakest kept cells. When it does not (nothing
-//! of the passage was kept), the archived pages with the best bounds under the same queries get
-//! exact logits, and those that beat the threshold come back. After a multi-token batch in the
-//! decode phase (a new user turn) a swap pass runs instead (a pass at the current size). Cells
-//! recalled are kept by the next pass.
+//! re-read. With the tokens' ids (`tokens.rs`) it runs only while the newest `recall_match`
+//! tokens repeat an earlier occurrence, and the archived positions among the `page` positions
+//! after that occurrence come back in place of the weakest cells the last pass kept; a pass in
+//! the decode phase lets archived pages compete only after such a check, so text that repeats
+//! nothing runs exactly as eviction alone. Without token ids (or `recall_match=0`) the reading
+//! position is the kept cell the newest queries attend most, when it beats the weakest kept
+//! cell by `recall_margin`; when it does not (nothing of the passage was kept), the archived
+//! pages with the best bounds under the same queries get exact logits, and those that beat the
+//! threshold come back. After a multi-token batch in the decode phase (a new user turn) a swap
+//! pass runs instead (a pass at the current size). Cells recalled are kept by the next pass.
 
 use std::time::Instant;
 
@@ -39,6 +41,9 @@ pub struct SeqRecall {
     pub after_batch: bool,
     /// Positions recalled by the last pass: the next pass keeps them.
     pub held: Vec<i32>,
+    /// A check since the last pass found the text repeating an earlier passage (recall by
+    /// tokens): the next pass lets archived pages compete.
+    pub repeat_seen: bool,
 }
 
 /// Buffers of archive work, reused between passes.
@@ -329,7 +334,6 @@ impl Engine {
             scratch: sc,
             seqs,
             archive,
-            params,
             ..
         } = self;
         let Some(layout) = archive.as_ref() else {
@@ -355,8 +359,16 @@ impl Engine {
             v: &a.v,
         };
         state.archive.insert(layout, &rows, &mut a.archive);
-        state.archive.enforce_cap(params.archive);
         Ok(())
+    }
+
+    /// Drop the lowest-value pages of `seq`'s archive beyond the `archive` cap. Called after the
+    /// recall that follows an insert, so that the pages being recalled are never the ones dropped.
+    pub(super) fn enforce_archive_cap(&mut self, seq: i32) {
+        let cap = self.params.archive;
+        if let Some(state) = self.seqs.get_mut(&seq) {
+            state.archive.enforce_cap(cap);
+        }
     }
 
     /// Place the selected candidates back: free cells at their positions, then every layer's
@@ -378,7 +390,7 @@ impl Engine {
         };
         let a = &mut sc.arch;
         let state = seqs.get_mut(&seq).expect("compress created the state");
-        // a candidate may have been dropped by the cap while the evicted cells went in
+        // only what the archive still holds can come back (the cap applies after the recall)
         a.recall.retain(|&(_, p)| state.archive.contains(layout, p));
         if a.recall.is_empty() {
             return Ok(0);
@@ -461,21 +473,32 @@ impl Engine {
             return Ok(count);
         }
         state.recall.since_check = 0;
+        // with token ids, recall only while the text repeats an earlier passage, from the
+        // position after its earlier occurrence (`tokens.rs`); without, where the queries read
+        let n_match = self.params.recall_match;
+        let now = state.stats.pos_max;
+        let read_at = if n_match > 0 && state.trail.knows(now, n_match) {
+            let Some(q) = state.trail.earlier_match(now, n_match) else {
+                return Ok(count);
+            };
+            state.recall.repeat_seen = true;
+            Some(q)
+        } else {
+            None
+        };
         if state.recall.victims.is_empty() {
             // no pass has ranked the cells since a restore: one swap pass does
             return self.compress_pass(host, seq, count, true);
         }
         let t0 = Instant::now();
-        let recalled = self.targeted_recall(host, seq);
+        let recalled = self.targeted_recall(host, seq, read_at);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let state = self.seq_entry(seq);
         state.stats.ms_recall += ms;
         match recalled {
-            Ok(0) => Ok(count),
             Ok(k) => {
-                let st = &mut state.stats;
-                st.recalled += k as u64;
-                st.evicted += k as u64;
+                // (the cells that made room are counted as evicted where they left)
+                state.stats.recalled += k as u64;
                 self.cell_count(host, seq)
             }
             Err(e) => {
@@ -485,11 +508,34 @@ impl Engine {
         }
     }
 
-    /// The per-step recall: the holes after the kept cell the newest queries attend most (see
-    /// `holes_after`), or failing that the archive's best pages (`archive_winners`), take the
-    /// places of the weakest kept cells of the last pass (which are archived) that they beat by
-    /// `recall_margin`. Returns the cells recalled.
-    fn targeted_recall(&mut self, host: &mut dyn Host, seq: i32) -> Result<usize, String> {
+    /// Whether a pass over `seq` lets archived pages compete for the kept places: always when
+    /// recall reads the queries alone; by tokens, in the prompt phase (a document being read),
+    /// at a swap pass (a new user turn) and when a check since the last pass found the text
+    /// repeating, so that ordinary generation runs exactly as eviction alone does.
+    pub(super) fn candidates_wanted(&mut self, seq: i32, swap: bool) -> bool {
+        let n_match = self.params.recall_match;
+        let Some(state) = self.seqs.get_mut(&seq) else {
+            return false;
+        };
+        let repeat_seen = std::mem::take(&mut state.recall.repeat_seen);
+        n_match == 0
+            || !state.trail.knows(state.stats.pos_max, n_match)
+            || swap
+            || state.phase == Phase::Prompt
+            || repeat_seen
+    }
+
+    /// The per-step recall: the holes after the reading position (`read_at`, from the tokens;
+    /// else the kept cell the newest queries attend most, see `holes_after`), or failing that
+    /// the archive's best pages (`archive_winners`), take the places of the weakest kept cells
+    /// of the last pass (which are archived) that they beat by `recall_margin` (a position
+    /// found by the tokens beats any). Returns the cells recalled.
+    fn targeted_recall(
+        &mut self,
+        host: &mut dyn Host,
+        seq: i32,
+        read_at: Option<i32>,
+    ) -> Result<usize, String> {
         let Engine {
             scratch,
             scorer,
@@ -528,8 +574,11 @@ impl Engine {
         };
         // 1. where the sequence reads from now: the holes after it, or when nothing the cache
         // holds beats the threshold, the archived pages whose keys do
-        let read = reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
-            .map_err(|e| e.0)?;
+        let read = match read_at {
+            Some(q) => Some((q, f32::INFINITY)),
+            None => reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
+                .map_err(|e| e.0)?,
+        };
         match read {
             Some((s, logit)) if logit > threshold => {
                 holes_after(s, logit, layout, &state.archive, sc)
@@ -577,7 +626,10 @@ impl Engine {
         if rc < 0 {
             return Err(format!("seq_evict({seq}) returned {rc}"));
         }
+        let evicted = self.scratch.evict_cells.len() as u64;
+        self.seq_entry(seq).stats.evicted += evicted;
         let k = self.recall_selected(host, seq, stream)?;
+        self.enforce_archive_cap(seq);
         // the recalled cells are kept cells now (held through the next pass)
         let state = self.seqs.get_mut(&seq).expect("checked above");
         if k > 0 {

@@ -218,8 +218,9 @@ static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, 
         placed++;
     }
     CHECK(placed == n, "host cache full");
-    const int32_t after = g_plugin ? g_plugin->after_ubatch(g_plugin->ud, n, pos, sid, qrow)
-                                   : beaconkv_after_ubatch(ctx, n, pos, sid, qrow);
+    /* token ids (here the positions) through the table; none (a batch of embeddings) directly */
+    const int32_t after = g_plugin ? g_plugin->after_ubatch(g_plugin->ud, n, pos, sid, qrow, pos)
+                                   : beaconkv_after_ubatch(ctx, n, pos, sid, qrow, NULL);
     CHECK(after == BEACONKV_OK, "after_ubatch: %s", beaconkv_last_error(ctx));
     const int32_t done = g_plugin ? g_plugin->after_decode(g_plugin->ud) : beaconkv_after_decode(ctx);
     CHECK(done == BEACONKV_OK, "after_decode: %s", beaconkv_last_error(ctx));
@@ -470,10 +471,10 @@ static void test_nulls(void) {
     CHECK(beaconkv_before_batch(ctx, 1, NULL, &one, NULL) == BEACONKV_ERR_NULL, "before ids");
     CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL, NULL) == BEACONKV_ERR_NULL, "before n_new");
     CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL, NULL) == BEACONKV_OK, "empty batch");
-    CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
-    CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
-    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
-    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, &zero, NULL) == BEACONKV_ERR_NULL, "ubatch q_row");
+    CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
+    CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch q_row");
     CHECK(beaconkv_after_decode(NULL) == BEACONKV_ERR_NULL, "after_decode");
     beaconkv_seq_removed(NULL, 0, -1, -1);
     beaconkv_seq_copied(NULL, 0, 1, -1, -1);
