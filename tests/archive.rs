@@ -296,6 +296,49 @@ fn a_repeated_passage_is_recalled_by_its_tokens_alone() {
 }
 
 #[test]
+fn the_token_ids_ride_in_the_sequence_state() {
+    // saved before the passage comes again and restored into a fresh context, the token ids
+    // still tell where it was; a version-3 state (no token ids) loads, and then they cannot
+    let run_to_gap = || {
+        let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=1"));
+        for p in 0..300 {
+            let t = Some(token_at(p));
+            step_along(&mut engine, &mut host, &mut rng, p, (1, 1.0), false, t);
+        }
+        (engine.save_seq(0).unwrap(), host, rng)
+    };
+    let repeat = |engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg| {
+        for i in 0..16 {
+            let tok = Some(token_at(PLANTED.start - 8 + i));
+            step_along(engine, host, rng, 300 + i, (1, 1.0), false, tok);
+        }
+        let kept = host.positions(0);
+        PLANTED.clone().all(|p| kept.contains(&p))
+    };
+    let params = Params::parse(&spec(",archive=1024,recall_every=1")).unwrap();
+    let (blob, mut host, mut rng) = run_to_gap();
+    let mut restored = Engine::new(params.clone(), &mut host);
+    restored.load_seq(0, &blob).unwrap();
+    assert!(
+        repeat(&mut restored, &mut host, &mut rng),
+        "not recalled after a restore"
+    );
+    assert_rows_restored(&host);
+    // version 3: the same bytes without the trailing token ids
+    let (mut blob, mut host, mut rng) = run_to_gap();
+    let n_ids = 300;
+    blob.truncate(blob.len() - 8 - 4 * n_ids);
+    blob[4..8].copy_from_slice(&3u32.to_le_bytes());
+    let mut old = Engine::new(params, &mut host);
+    old.load_seq(0, &blob).unwrap();
+    assert!(old.stats(0).archived > 0);
+    assert!(
+        !repeat(&mut old, &mut host, &mut rng),
+        "recalled without token ids"
+    );
+}
+
+#[test]
 fn text_that_repeats_nothing_runs_as_eviction_alone() {
     // token ids that never repeat: the archive archives, but nothing comes back, not even when
     // the queries look along the passage's keys (which recall by queries answers), and every

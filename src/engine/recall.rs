@@ -22,7 +22,7 @@
 use std::time::Instant;
 
 use super::{Engine, EngineError, Phase, Scoring};
-use crate::archive::{ArchiveScratch, LayerFormat, Layout, Page, RawRows, RecallRows};
+use crate::archive::{ArchiveScratch, LayerFormat, Layout, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::reduce::span_pool;
 use crate::scorer::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows, Scorer};
@@ -59,6 +59,8 @@ pub struct ArchScratch {
     col_max: Vec<f32>,
     /// Archived pages best bound first (page, bound), and the pages a step works on.
     ranked: Vec<(i32, f32)>,
+    /// Every archived page, in the order `rank_pages` bounds them.
+    all_pages: Vec<i32>,
     page_ids: Vec<i32>,
     /// Cells and candidates in position order (indices into `0..n + m`).
     order: Vec<usize>,
@@ -787,15 +789,18 @@ fn rank_pages(
     archive: &crate::archive::SeqArchive,
     sc: &mut ArchScratch,
 ) -> bool {
-    let pages: Vec<(i32, &Page)> = archive.pages().map(|(&id, p)| (id, p)).collect();
-    let summary = |p: usize, li: usize| pages[p].1.summary(layout, li);
-    if !scorer.page_bounds(ctx, pages.len(), &summary, &mut sc.score_rows) {
+    let ids = &mut sc.all_pages;
+    ids.clear();
+    ids.extend(archive.pages().map(|(&id, _)| id));
+    let page = |p: usize| archive.page(ids[p]).expect("listed above");
+    let summary = |p: usize, li: usize| page(p).summary(layout, li);
+    if !scorer.page_bounds(ctx, ids.len(), &summary, &mut sc.score_rows) {
         return false;
     }
     sc.score_rows.max_into(&mut sc.col_max);
     sc.ranked.clear();
     sc.ranked
-        .extend(pages.iter().zip(&sc.col_max).map(|(&(id, _), &b)| (id, b)));
+        .extend(ids.iter().zip(&sc.col_max).map(|(&id, &b)| (id, b)));
     sc.ranked.sort_by(|a, b| b.1.total_cmp(&a.1));
     true
 }
