@@ -12,6 +12,9 @@ use crate::state::{Reader, Writer};
 
 /// A position whose token is not known (never seen, removed, or a batch of embeddings).
 const UNKNOWN: i32 = i32::MIN;
+/// Positions further than this past the known ones are not recorded: a host that jumps ahead
+/// must not make the trail allocate gigabytes (a sequence advances a ubatch at a time).
+const MAX_JUMP: usize = 1 << 16;
 
 /// Token ids by position for one sequence.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -25,6 +28,9 @@ impl TokenTrail {
         let Ok(p) = usize::try_from(pos) else {
             return;
         };
+        if p >= self.ids.len() + MAX_JUMP {
+            return;
+        }
         if p >= self.ids.len() {
             self.ids.resize(p + 1, UNKNOWN);
         }
@@ -128,6 +134,16 @@ mod tests {
         t.record(4, 6);
         t.record(5, 7);
         assert!(t.knows(5, 3));
+    }
+
+    #[test]
+    fn a_position_far_ahead_is_not_recorded() {
+        let mut t = trail(&[1, 2]);
+        t.record(i32::MAX, 3);
+        t.record(-1, 3);
+        assert_eq!(t, trail(&[1, 2]));
+        t.record(1000, 3);
+        assert!(t.knows(1000, 1) && !t.knows(999, 1));
     }
 
     #[test]
