@@ -253,35 +253,34 @@ fn token_at(p: i32) -> i32 {
     1000 + p
 }
 
+/// A step whose query never looks along the passage's keys, with the host reporting `token`.
+fn step_token(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg, pos: i32, token: i32) {
+    step_along(engine, host, rng, pos, (1, 1.0), false, Some(token));
+}
+
+/// Phase A with token ids: 300 steps of distinct tokens; the passage is evicted.
+fn phase_a_with_tokens(engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg) {
+    for p in 0..300 {
+        step_token(engine, host, rng, p, token_at(p));
+    }
+    let kept = host.positions(0);
+    assert!(PLANTED.clone().all(|p| !kept.contains(&p)), "{kept:?}");
+}
+
 #[test]
 fn a_repeated_passage_is_recalled_by_its_tokens_alone() {
     // the text of positions 88..104 comes again at 300.. while no query looks along the
     // passage's keys: the tokens alone bring the passage back once `recall_match` of them match
     let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=1"));
-    for p in 0..300 {
-        step_along(
-            &mut engine,
-            &mut host,
-            &mut rng,
-            p,
-            (1, 1.0),
-            false,
-            Some(token_at(p)),
-        );
-    }
-    let kept = host.positions(0);
-    assert!(PLANTED.clone().all(|p| !kept.contains(&p)), "{kept:?}");
+    phase_a_with_tokens(&mut engine, &mut host, &mut rng);
     let from = PLANTED.start - 8;
     for i in 0..16 {
-        let tok = token_at(from + i);
-        step_along(
+        step_token(
             &mut engine,
             &mut host,
             &mut rng,
             300 + i,
-            (1, 1.0),
-            false,
-            Some(tok),
+            token_at(from + i),
         );
         let kept = host.positions(0);
         if PLANTED.clone().all(|p| kept.contains(&p)) {
@@ -301,16 +300,12 @@ fn the_token_ids_ride_in_the_sequence_state() {
     // still tell where it was; a version-3 state (no token ids) loads, and then they cannot
     let run_to_gap = || {
         let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024,recall_every=1"));
-        for p in 0..300 {
-            let t = Some(token_at(p));
-            step_along(&mut engine, &mut host, &mut rng, p, (1, 1.0), false, t);
-        }
+        phase_a_with_tokens(&mut engine, &mut host, &mut rng);
         (engine.save_seq(0).unwrap(), host, rng)
     };
     let repeat = |engine: &mut Engine, host: &mut FakeHost, rng: &mut Lcg| {
         for i in 0..16 {
-            let tok = Some(token_at(PLANTED.start - 8 + i));
-            step_along(engine, host, rng, 300 + i, (1, 1.0), false, tok);
+            step_token(engine, host, rng, 300 + i, token_at(PLANTED.start - 8 + i));
         }
         let kept = host.positions(0);
         PLANTED.clone().all(|p| kept.contains(&p))
@@ -396,15 +391,7 @@ fn every_cell_is_accounted_for_when_recall_meets_a_full_archive() {
     // cells held + archived + dropped = tokens seen, evicted + held = tokens + recalled
     let (mut engine, mut host, mut rng) = setup(&spec(",archive=40,recall_every=1"));
     for p in 0..600 {
-        step_along(
-            &mut engine,
-            &mut host,
-            &mut rng,
-            p,
-            (1, 1.0),
-            false,
-            Some(p % 100),
-        );
+        step_token(&mut engine, &mut host, &mut rng, p, p % 100);
         let st = engine.stats(0);
         let held = host.count(0) as u64;
         let seen = p as u64 + 1;

@@ -513,7 +513,8 @@ impl Engine {
     /// Whether a pass over `seq` lets archived pages compete for the kept places: always when
     /// recall reads the queries alone; by tokens, in the prompt phase (a document being read),
     /// at a swap pass (a new user turn) and when a check since the last pass found the text
-    /// repeating, so that ordinary generation runs exactly as eviction alone does.
+    /// repeating, so that ordinary generation runs exactly as eviction alone does. Consumes
+    /// that check's mark: one pass per repeat seen.
     pub(super) fn candidates_wanted(&mut self, seq: i32, swap: bool) -> bool {
         let n_match = self.params.recall_match;
         let Some(state) = self.seqs.get_mut(&seq) else {
