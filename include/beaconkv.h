@@ -110,12 +110,15 @@ typedef struct beaconkv_params {
                                       kept cell's (0..1000, two decimals); default 2. Lower
                                       recalls more (a returning passage comes back sooner), higher
                                       disturbs ordinary text less (recall_match = 0 only)               */
-    int32_t  recall_match; /* [recall_match] with token ids from the host (after_ubatch): a check
+    int32_t  recall_match; /* [recall_match] with token ids from the host (before_batch): a check
                                       recalls only when the newest recall_match tokens occurred
                                       earlier in the sequence, from the positions after that earlier
                                       occurrence, and a pass in the decode phase lets archived pages
                                       compete only after such a check; text that repeats nothing runs
-                                      exactly as without the archive. 0 (or no token ids) = the
+                                      exactly as without the archive. A prompt chunk or user turn
+                                      whose end quotes recall_match/2 (rounded up) tokens that
+                                      occurred once before recalls what followed them before it is
+                                      computed. 0 (or no token ids) = the
                                       reading position is the kept cell the newest 4 queries attend
                                       most, which must beat the weakest kept one by recall_margin,
                                       else the archived pages with the best bounds are checked;
@@ -223,9 +226,10 @@ typedef struct beaconkv_plugin {
     void *  ud;          /* the beaconkv_context *                                      */
     int32_t q_capacity;  /* rows the host's per-layer query store needs (params qcap)   */
     int32_t (*before_batch)(void * ud, int32_t n_seq, const int32_t * seq_ids, const int32_t * n_new,
-                            const int32_t * n_outputs);
+                            const int32_t * n_outputs, int32_t n_tokens, const int32_t * pos,
+                            const int32_t * seq_id, const int32_t * token);
     int32_t (*after_ubatch)(void * ud, int32_t n_tokens, const int32_t * pos, const int32_t * seq_id,
-                            const int32_t * q_row, const int32_t * token);
+                            const int32_t * q_row);
     int32_t (*after_decode)(void * ud);
     void    (*seq_removed)(void * ud, int32_t seq, int32_t p0, int32_t p1);
     void    (*seq_copied)(void * ud, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
@@ -253,7 +257,7 @@ typedef struct beaconkv_stats {
     uint64_t archived;         /* evicted cells held in the archive now                        */
     uint64_t recalled;         /* archived cells placed back into the cache                    */
     uint64_t archive_dropped;  /* archived cells dropped for good (archive full)               */
-    uint64_t archive_bytes;    /* host memory the archive's rows and summaries take now        */
+    uint64_t archive_bytes;    /* host memory the archive's rows, summaries and token ids take */
     double   ms_recall;        /* time archiving, checking and recalling                       */
 } beaconkv_stats;
 
@@ -375,6 +379,12 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
 
 /* Before a decode call places its tokens: n_new[i] tokens will be added to sequence seq_ids[i],
  * n_outputs[i] of them requesting logits (n_outputs may be NULL when the host does not know).
+ * The batch's tokens one by one: token i has id token[i] and position pos[i] in sequence
+ * seq_id[i] (its first sequence). token may be NULL (a batch of embeddings, or a host that does not
+ * tell; pos and seq_id are then not read): with an archive, the ids tell a passage being re-read
+ * (recall_match), and a batch that asks for one output (a prompt chunk, a new user turn) whose end
+ * quotes a phrase that occurred once before gets the archived text after it back before it is
+ * computed. All arrays are borrowed for the call.
  * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
  * Best effort: it never evicts the protected prefix or the window, so a batch larger than
  * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host
@@ -383,16 +393,15 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
  * A sequence's prompt phase ends at its first generation step: a call that brings it exactly one
  * token, or asks for logits of more than one (speculative verification). */
 int32_t beaconkv_before_batch(beaconkv_context * ctx, int32_t n_seq, const int32_t * seq_ids,
-                              const int32_t * n_new, const int32_t * n_outputs);
+                              const int32_t * n_new, const int32_t * n_outputs, int32_t n_tokens,
+                              const int32_t * pos, const int32_t * seq_id, const int32_t * token);
 
 /* After each ubatch was computed: token i has position pos[i] in sequence seq_id[i] (its first
- * sequence), its query sits in row q_row[i] of every layer's query store (-1 = not captured) and
- * its id is token[i]. token may be NULL (a batch of embeddings: the archive then finds a passage
- * being re-read from the queries alone, see recall_match); pos, seq_id and q_row may not. All
- * arrays are borrowed for the call. The plugin calls host->synchronize before reading. A failed
- * query read moves the context to fallback mode and returns BEACONKV_ERR_HOST. */
+ * sequence) and its query sits in row q_row[i] of every layer's query store (-1 = not captured).
+ * All arrays are borrowed for the call. The plugin calls host->synchronize before reading. A
+ * failed query read moves the context to fallback mode and returns BEACONKV_ERR_HOST. */
 int32_t beaconkv_after_ubatch(beaconkv_context * ctx, int32_t n_tokens, const int32_t * pos,
-                              const int32_t * seq_id, const int32_t * q_row, const int32_t * token);
+                              const int32_t * seq_id, const int32_t * q_row);
 
 /* At the end of a successful decode call: sequences above their budget are compressed. */
 int32_t beaconkv_after_decode(beaconkv_context * ctx);

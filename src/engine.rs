@@ -77,7 +77,7 @@ impl SeqState {
     fn stats(&self) -> SeqStats {
         SeqStats {
             archived: self.archive.n_cells() as u64,
-            archive_bytes: self.archive.bytes() as u64,
+            archive_bytes: (self.archive.bytes() + self.trail.bytes()) as u64,
             archive_dropped: self.archive.dropped,
             ..self.stats.clone()
         }
@@ -474,20 +474,32 @@ impl Engine {
                     result = made_room;
                 }
             }
+            let span = self.seq_entry(seq).recall.batch_span.take();
+            if let Some(span) = span.filter(|_| n > 1 && !several_logits) {
+                self.batch_recall(host, seq, span);
+            }
             let prefix = self.effective_prefix(seq, host);
             self.seq_entry(seq).stats.prefix_len = prefix;
+        }
+        // (a span recorded for a sequence this call does not name is stale by the next one)
+        for state in self.seqs.values_mut() {
+            state.recall.batch_span = None;
         }
         result
     }
 
-    /// Hook (with `after_ubatch`): the ids of a ubatch's tokens, which the archive's recall
-    /// reads to tell a passage being re-read (see `tokens.rs`). Kept only while it does.
+    /// Hook (before `before_batch`): the ids of a batch's tokens at their positions, which the
+    /// archive's recall reads to tell a passage being re-read (see `tokens.rs`); `before_batch`
+    /// then checks the batch's end for a phrase it quotes. Kept only while an archive is on.
     pub fn record_tokens(&mut self, pos: &[i32], seq_id: &[i32], tokens: &[i32]) {
         if self.params.archive == 0 || self.params.recall_match == 0 {
             return;
         }
         for ((&p, &s), &t) in pos.iter().zip(seq_id).zip(tokens) {
-            self.seq_entry(s).trail.record(p, t);
+            let state = self.seq_entry(s);
+            state.trail.record(p, t);
+            let span = state.recall.batch_span.get_or_insert((p, p));
+            *span = (span.0.min(p), span.1.max(p));
         }
     }
 

@@ -991,18 +991,21 @@ pub unsafe extern "C" fn beaconkv_context_free(ctx: *mut beaconkv_context) {
 pub struct beaconkv_plugin {
     pub ud: *mut c_void,
     pub q_capacity: i32,
-    pub before_batch:
-        Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, *const i32, *const i32) -> i32>,
-    pub after_ubatch: Option<
+    pub before_batch: Option<
         unsafe extern "C" fn(
             *mut c_void,
             i32,
             *const i32,
             *const i32,
             *const i32,
+            i32,
+            *const i32,
+            *const i32,
             *const i32,
         ) -> i32,
     >,
+    pub after_ubatch:
+        Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, *const i32, *const i32) -> i32>,
     pub after_decode: Option<unsafe extern "C" fn(*mut c_void) -> i32>,
     pub seq_removed: Option<unsafe extern "C" fn(*mut c_void, i32, i32, i32)>,
     pub seq_copied: Option<unsafe extern "C" fn(*mut c_void, i32, i32, i32, i32)>,
@@ -1018,8 +1021,22 @@ unsafe extern "C" fn plugin_before_batch(
     seq_ids: *const i32,
     n_new: *const i32,
     n_outputs: *const i32,
+    n_tokens: i32,
+    pos: *const i32,
+    seq_id: *const i32,
+    token: *const i32,
 ) -> i32 {
-    beaconkv_before_batch(ud.cast(), n_seq, seq_ids, n_new, n_outputs)
+    beaconkv_before_batch(
+        ud.cast(),
+        n_seq,
+        seq_ids,
+        n_new,
+        n_outputs,
+        n_tokens,
+        pos,
+        seq_id,
+        token,
+    )
 }
 
 unsafe extern "C" fn plugin_after_ubatch(
@@ -1028,9 +1045,8 @@ unsafe extern "C" fn plugin_after_ubatch(
     pos: *const i32,
     seq_id: *const i32,
     q_row: *const i32,
-    token: *const i32,
 ) -> i32 {
-    beaconkv_after_ubatch(ud.cast(), n_tokens, pos, seq_id, q_row, token)
+    beaconkv_after_ubatch(ud.cast(), n_tokens, pos, seq_id, q_row)
 }
 
 unsafe extern "C" fn plugin_after_decode(ud: *mut c_void) -> i32 {
@@ -1137,6 +1153,10 @@ pub unsafe extern "C" fn beaconkv_before_batch(
     seq_ids: *const i32,
     n_new: *const i32,
     n_outputs: *const i32,
+    n_tokens: i32,
+    pos: *const i32,
+    seq_id: *const i32,
+    token: *const i32,
 ) -> i32 {
     with_context(
         ctx,
@@ -1146,6 +1166,15 @@ pub unsafe extern "C" fn beaconkv_before_batch(
             let ids = slice_arg(seq_ids, n_seq)?;
             let news = slice_arg(n_new, n_seq)?;
             let outs = slice_arg(n_outputs, n_seq).ok().filter(|o| !o.is_empty());
+            // token ids are optional (a batch of embeddings has none)
+            if !token.is_null() {
+                let (p, s, t) = (
+                    slice_arg(pos, n_tokens)?,
+                    slice_arg(seq_id, n_tokens)?,
+                    slice_arg(token, n_tokens)?,
+                );
+                inner.engine.record_tokens(p, s, t);
+            }
             let result = inner.engine.before_batch(&mut inner.host, ids, news, outs);
             Ok(hook_status(err, result))
         },
@@ -1159,7 +1188,6 @@ pub unsafe extern "C" fn beaconkv_after_ubatch(
     pos: *const i32,
     seq_id: *const i32,
     q_row: *const i32,
-    token: *const i32,
 ) -> i32 {
     // Not retried after a panic: positions may already be counted, and in fallback mode
     // nothing more would be done with them.
@@ -1175,12 +1203,6 @@ pub unsafe extern "C" fn beaconkv_after_ubatch(
             );
             if p.is_empty() {
                 return Ok(BEACONKV_OK);
-            }
-            // token ids are optional (a batch of embeddings has none)
-            if !token.is_null() {
-                inner
-                    .engine
-                    .record_tokens(p, s, slice_arg(token, n_tokens)?);
             }
             let result = inner.engine.after_ubatch(&mut inner.host, p, s, q);
             Ok(hook_status(err, result))

@@ -74,6 +74,25 @@ impl TokenTrail {
             .map(|q| q as i32)
     }
 
+    /// The one position `q < before` whose `n` tokens up to and including it equal those up to
+    /// `pos`; `None` when there is none, or more than one (a phrase the text keeps using, such as
+    /// a chat template, points at no passage in particular), or the tokens are not known.
+    pub fn unique_earlier(&self, pos: i32, n: usize, before: i32) -> Option<i32> {
+        let now = self.window(pos, n)?;
+        let last = *now.last().expect("n >= 1");
+        let end = (before.min(pos).max(0) as usize).min(self.ids.len());
+        let mut found = None;
+        for q in (n - 1)..end {
+            if self.ids[q] == last && self.ids[q + 1 - n..=q] == *now {
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(q as i32);
+            }
+        }
+        found
+    }
+
     fn window(&self, pos: i32, n: usize) -> Option<&[i32]> {
         let t = usize::try_from(pos).ok()?;
         if n == 0 || t >= self.ids.len() || t + 1 < n {
@@ -81,6 +100,11 @@ impl TokenTrail {
         }
         let w = &self.ids[t + 1 - n..=t];
         (!w.contains(&UNKNOWN)).then_some(w)
+    }
+
+    /// Host memory the ids take (counted with the archive's).
+    pub fn bytes(&self) -> usize {
+        self.ids.capacity() * std::mem::size_of::<i32>()
     }
 
     pub fn save(&self, w: &mut Writer) {
@@ -102,6 +126,32 @@ mod tests {
             t.record(p as i32, id);
         }
         t
+    }
+
+    #[test]
+    fn a_unique_earlier_occurrence_is_found_a_repeated_one_is_not() {
+        //            0  1  2  3  4  5  6  7  8  9 10 11 12
+        let t = trail(&[5, 1, 2, 6, 3, 4, 6, 3, 4, 9, 1, 2, 3]);
+        assert_eq!(
+            t.unique_earlier(11, 2, 10),
+            Some(2),
+            "1,2 occurred once before 10"
+        );
+        assert_eq!(t.unique_earlier(11, 2, 2), None, "not before position 2");
+        assert_eq!(t.unique_earlier(8, 2, 8), Some(5));
+        assert_eq!(
+            t.unique_earlier(8, 2, 9),
+            Some(5),
+            "the occurrence at pos itself is not earlier"
+        );
+        assert_eq!(t.unique_earlier(12, 1, 12), None, "3 occurred twice before");
+        assert_eq!(
+            t.unique_earlier(12, 3, 12),
+            None,
+            "1,2,3 never occurred before"
+        );
+        assert_eq!(t.unique_earlier(12, 0, 12), None);
+        assert_eq!(t.unique_earlier(40, 2, 40), None, "unknown position");
     }
 
     #[test]

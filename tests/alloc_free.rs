@@ -85,15 +85,20 @@ fn run(spec: &str, via_read_rows: bool, steps: usize, warm: usize) -> Vec<(usize
     let mut next = 0i32;
     let seq = 0i32;
     let mut step = |n: i32, host: &mut FakeHost| -> (usize, bool) {
-        let (mut pos, mut sid, mut qrow) = (Vec::new(), Vec::new(), Vec::new());
+        // token ids: the positions
+        let pos: Vec<i32> = (next..next + n).collect();
+        let sid = vec![seq; n as usize];
+        let qrow: Vec<i32> = (0..n).collect();
         let events = |ctx| {
             let mut st = beaconkv_stats::default();
             unsafe { beaconkv_get_stats(ctx, 0, &mut st) };
             st.compress_events
         };
         let before_events = events(ctx);
-        let (a0, rc) =
-            allocations(|| unsafe { beaconkv_before_batch(ctx, 1, &seq, &n, std::ptr::null()) });
+        let (a0, rc) = allocations(|| unsafe {
+            let (p, s) = (pos.as_ptr(), sid.as_ptr());
+            beaconkv_before_batch(ctx, 1, &seq, &n, std::ptr::null(), n, p, s, p)
+        });
         assert_eq!(rc, BEACONKV_OK);
         for i in 0..n {
             let cell = host.place(seq, next);
@@ -105,20 +110,10 @@ fn run(spec: &str, via_read_rows: bool, steps: usize, warm: usize) -> Vec<(usize
                     .iter_mut()
                     .for_each(|v| *v = rng.next());
             }
-            pos.push(next);
-            sid.push(seq);
-            qrow.push(i);
             next += 1;
         }
         let (a1, rc) = allocations(|| unsafe {
-            beaconkv_after_ubatch(
-                ctx,
-                n,
-                pos.as_ptr(),
-                sid.as_ptr(),
-                qrow.as_ptr(),
-                pos.as_ptr(),
-            )
+            beaconkv_after_ubatch(ctx, n, pos.as_ptr(), sid.as_ptr(), qrow.as_ptr())
         });
         assert_eq!(rc, BEACONKV_OK);
         let (a2, rc) = allocations(|| unsafe { beaconkv_after_decode(ctx) });

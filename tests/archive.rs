@@ -50,6 +50,9 @@ fn step_along(
     anchor: bool,
     token: Option<i32>,
 ) {
+    if let Some(t) = token {
+        engine.record_tokens(&[pos], &[0], &[t]);
+    }
     engine.before_batch(host, &[0], &[1], None).unwrap();
     let cell = host.place(0, pos);
     for l in &mut host.layers {
@@ -85,9 +88,6 @@ fn step_along(
                 };
             }
         }
-    }
-    if let Some(t) = token {
-        engine.record_tokens(&[pos], &[0], &[t]);
     }
     engine.after_ubatch(host, &[pos], &[0], &[0]).unwrap();
     engine.after_decode(host).unwrap();
@@ -292,6 +292,74 @@ fn a_repeated_passage_is_recalled_by_its_tokens_alone() {
         }
     }
     panic!("the repeated passage did not come back");
+}
+
+/// The host's side of a batch of `tokens` at positions `first..` asking for `n_outputs`
+/// logits, up to placement: the ids, then `before_batch`. Returns the positions held then.
+fn batch_before_placement(
+    engine: &mut Engine,
+    host: &mut FakeHost,
+    first: i32,
+    tokens: &[i32],
+    n_outputs: i32,
+) -> Vec<i32> {
+    let n = tokens.len() as i32;
+    let pos: Vec<i32> = (first..first + n).collect();
+    engine.record_tokens(&pos, &vec![0; pos.len()], tokens);
+    engine
+        .before_batch(host, &[0], &[n], Some(&[n_outputs]))
+        .unwrap();
+    assert!(host.count(0) + tokens.len() <= BUDGET);
+    host.positions(0)
+}
+
+#[test]
+fn a_user_turn_that_quotes_a_phrase_gets_what_followed_it_before_it_is_computed() {
+    // a turn of 12 tokens ending with the 4 tokens before the evicted passage (a question that
+    // quotes how the passage began): the passage is back before the turn is placed
+    let turn = |tail: std::ops::Range<i32>| -> Vec<i32> {
+        let mut t: Vec<i32> = (0..8).map(|i| 7 + i).collect(); // new words
+        t.extend(tail.map(token_at));
+        t
+    };
+    let held = |outputs: i32, tail: std::ops::Range<i32>, extra: &str| {
+        let (mut engine, mut host, mut rng) = setup(&spec(&format!(",archive=1024{extra}")));
+        phase_a_with_tokens(&mut engine, &mut host, &mut rng);
+        let kept = batch_before_placement(&mut engine, &mut host, 300, &turn(tail), outputs);
+        let back = PLANTED.clone().filter(|p| kept.contains(p)).count();
+        (back, engine.stats(0).recalled)
+    };
+    let (back, recalled) = held(1, ANCHOR - 3..ANCHOR + 1, "");
+    assert_eq!(back, PLANTED.len(), "the passage after the quoted phrase");
+    assert!(recalled >= PLANTED.len() as u64);
+    // teacher-forced or speculative batches (logits for every token) are not user turns
+    assert_eq!(held(12, ANCHOR - 3..ANCHOR + 1, ""), (0, 0));
+    // 3 tokens are fewer than recall_match / 2
+    assert_eq!(held(1, ANCHOR - 2..ANCHOR + 1, "").0, 0);
+    // recall_match=6: 3 tokens do
+    assert_eq!(
+        held(1, ANCHOR - 2..ANCHOR + 1, ",recall_match=6").0,
+        PLANTED.len()
+    );
+}
+
+#[test]
+fn a_phrase_that_occurred_more_than_once_points_at_no_passage() {
+    // the text uses the 4 tokens before the passage twice (at 92..96 and again at 200..204, as
+    // a chat template recurs): a turn ending with them recalls nothing
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024"));
+    for p in 0..300 {
+        let t = if (200..204).contains(&p) {
+            token_at(p - 200 + ANCHOR - 3)
+        } else {
+            token_at(p)
+        };
+        step_token(&mut engine, &mut host, &mut rng, p, t);
+    }
+    let tail: Vec<i32> = (ANCHOR - 3..=ANCHOR).map(token_at).collect();
+    let kept = batch_before_placement(&mut engine, &mut host, 300, &tail, 1);
+    assert!(PLANTED.clone().all(|p| !kept.contains(&p)), "{kept:?}");
+    assert_eq!(engine.stats(0).recalled, 0);
 }
 
 #[test]

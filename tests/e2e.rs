@@ -156,6 +156,22 @@ fn archive_recalls_a_repeated_passage_by_its_tokens() {
     }
 }
 
+/// Token ids reach the plugin before a batch is placed: a user turn that quotes how an evicted
+/// passage began gets the phrase and what followed it back, flash attention off and on.
+#[test]
+fn archive_recalls_a_quoted_passage_at_a_user_turn() {
+    for flags in [
+        &["-fa", "off"][..],
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
+    ] {
+        let out = e2e(&tiny_model(), "archive_recall_at_batch_start", flags);
+        assert!(
+            out.contains("ok archive_recall_at_batch_start"),
+            "{flags:?}: {out}"
+        );
+    }
+}
+
 /// A long generation with the archive: cells bounded, every token accounted for.
 #[test]
 fn archive_generation_stays_bounded() {

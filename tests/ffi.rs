@@ -74,8 +74,23 @@ impl Ctx {
     /// One decode call of `n` tokens of sequence 0; returns the hooks' statuses.
     fn decode(&mut self, n: i32) -> [i32; 3] {
         let (seq, ctx) = (0, self.ctx);
-        let before = unsafe { beaconkv_before_batch(ctx, 1, &seq, &n, std::ptr::null()) };
-        let (mut pos, mut sid, mut qrow) = (vec![], vec![], vec![]);
+        // token ids: the positions
+        let pos: Vec<i32> = (self.next..self.next + n).collect();
+        let sid = vec![seq; n as usize];
+        let qrow: Vec<i32> = (0..n).collect();
+        let before = unsafe {
+            beaconkv_before_batch(
+                ctx,
+                1,
+                &seq,
+                &n,
+                std::ptr::null(),
+                n,
+                pos.as_ptr(),
+                sid.as_ptr(),
+                pos.as_ptr(),
+            )
+        };
         for i in 0..n {
             let p = self.next;
             self.next += 1;
@@ -91,20 +106,9 @@ impl Ctx {
                     .iter_mut()
                     .for_each(|v| *v = rng.next());
             }
-            pos.push(p);
-            sid.push(seq);
-            qrow.push(i);
         }
-        let after = unsafe {
-            beaconkv_after_ubatch(
-                ctx,
-                n,
-                pos.as_ptr(),
-                sid.as_ptr(),
-                qrow.as_ptr(),
-                pos.as_ptr(),
-            )
-        };
+        let after =
+            unsafe { beaconkv_after_ubatch(ctx, n, pos.as_ptr(), sid.as_ptr(), qrow.as_ptr()) };
         [before, after, unsafe { beaconkv_after_decode(ctx) }]
     }
 }
@@ -182,15 +186,14 @@ fn every_context_function_survives_a_panic() {
         (
             "beaconkv_before_batch",
             Box::new(move |c| unsafe {
-                beaconkv_before_batch(c, 1, &zero, &zero, std::ptr::null()) as i64
+                beaconkv_before_batch(c, 1, &zero, &zero, std::ptr::null(), 1, &zero, &zero, &zero)
+                    as i64
             }),
             BEACONKV_ERR_PANIC as i64,
         ),
         (
             "beaconkv_after_ubatch",
-            Box::new(move |c| unsafe {
-                beaconkv_after_ubatch(c, 1, &zero, &zero, &zero, &zero) as i64
-            }),
+            Box::new(move |c| unsafe { beaconkv_after_ubatch(c, 1, &zero, &zero, &zero) as i64 }),
             BEACONKV_ERR_PANIC as i64,
         ),
         (

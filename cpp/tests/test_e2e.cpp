@@ -826,6 +826,48 @@ bool test_archive_recall_by_tokens(env & e) {
     return true;
 }
 
+// 14. A user turn that quotes how an evicted passage began (4 tokens = recall_match / 2, at the
+//     turn's end, after words of its own): the quoted phrase and the page after it are back in
+//     the cache once the turn is decoded (tests/archive.rs shows they come back before it is
+//     computed).
+bool test_archive_recall_at_batch_start(env & e) {
+    const std::string spec =
+        "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8";
+    ctx_ptr ctx = make_ctx(e, spec, 8192);
+    CHECK(ctx, "context creation failed");
+    CHECK(e.n_vocab > 256, "the vocabulary has too few ids (%d)", e.n_vocab);
+    // 8 prompt tokens, the passage (ids 100..131 at positions 8..39), 200 other ids, none twice
+    std::vector<llama_token> text;
+    for (int i = 0; i < 8; i++) text.push_back(240 + i);
+    for (int i = 0; i < 32; i++) text.push_back(100 + i);
+    for (llama_token id = 3; (int) text.size() < 240; id++) {
+        if (id < 100 || id >= 132) text.push_back(id);
+    }
+    CHECK(decode(ctx.get(), text.data(), 8), "prompt");
+    for (size_t t = 8; t < text.size(); t++) {
+        CHECK(decode(ctx.get(), &text[t], 1), "decode at %zu", t);
+    }
+    // the quoted phrase: ids 110..113 at positions 18..21; it and the page after: 18..29
+    auto held = [&]() {
+        cell_list l = list_cells(ctx.get(), 0);
+        int n = 0;
+        for (llama_pos p : l.pos) n += p >= 18 && p < 30;
+        return std::make_pair(n, (int) l.pos.size());
+    };
+    const int before = held().first;
+    std::vector<llama_token> turn = {250, 251, 252, 253, 254, 255, 110, 111, 112, 113};
+    CHECK(decode(ctx.get(), turn.data(), (int) turn.size()), "the turn");
+    const auto [after, cells] = held();
+    beaconkv_stats st{};
+    beaconkv_get_stats(common_kv_compress_get(ctx.get()), 0, &st);
+    printf("archive_recall_at_batch_start: quoted phrase and page held before the turn %d of 12, after it %d; "
+           "recalled %llu; %d cells\n", before, after, (unsigned long long) st.recalled, cells);
+    CHECK(before < 4, "%d of the 12 cells were still held before the turn", before);
+    CHECK(after == 12, "%d of the 12 cells held after the turn", after);
+    CHECK(cells <= 64, "%d cells", cells);
+    return true;
+}
+
 int main(int argc, char ** argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
@@ -884,6 +926,8 @@ int main(int argc, char ** argv) {
         ok = test_archive_run(e);
     } else if (test == "archive_recall_by_tokens") {
         ok = test_archive_recall_by_tokens(e);
+    } else if (test == "archive_recall_at_batch_start") {
+        ok = test_archive_recall_at_batch_start(e);
     } else if (test == "iswa_global_only") {
         ok = test_iswa_global_only(e);
     } else {

@@ -271,6 +271,21 @@ impl Session {
                 _ => 8 + input.u8() as i32 % 40,
             });
         }
+        // Tokens in batch order; ubatches of at most `ubatch` tokens.
+        let mut tokens: Vec<usize> = Vec::new();
+        for (&s, &n) in ids.iter().zip(&n_new) {
+            tokens.extend(std::iter::repeat_n(s as usize, n as usize));
+        }
+        // the positions they will take, and token ids that repeat, so that recall by tokens
+        // finds earlier passages (also at the end of a batch)
+        let mut next = self.world.next_pos;
+        let (mut b_pos, mut b_sid) = (Vec::new(), Vec::new());
+        for &s in &tokens {
+            b_pos.push(next[s]);
+            b_sid.push(s as i32);
+            next[s] += 1;
+        }
+        let b_tok: Vec<i32> = b_pos.iter().map(|p| p % 13).collect();
         let rc = unsafe {
             beaconkv_before_batch(
                 self.ctx,
@@ -278,16 +293,15 @@ impl Session {
                 ids.as_ptr(),
                 n_new.as_ptr(),
                 std::ptr::null(),
+                b_pos.len() as i32,
+                b_pos.as_ptr(),
+                b_sid.as_ptr(),
+                b_tok.as_ptr(),
             )
         };
         check_status("before_batch", rc);
         if self.ctx.is_null() {
             assert_eq!(rc, BEACONKV_ERR_NULL);
-        }
-        // Tokens in batch order; ubatches of at most `ubatch` tokens.
-        let mut tokens: Vec<usize> = Vec::new();
-        for (&s, &n) in ids.iter().zip(&n_new) {
-            tokens.extend(std::iter::repeat_n(s as usize, n as usize));
         }
         let ubatch = 1 + (input.u8() as usize % Q_ROWS);
         let qcap = (self.params.q_capacity.max(1) as usize).min(Q_ROWS);
@@ -306,8 +320,6 @@ impl Session {
                 sid.push(s as i32);
                 qrow.push(if captured { i as i32 } else { -1 });
             }
-            // token ids that repeat, so that recall by tokens finds earlier passages
-            let tokens: Vec<i32> = pos.iter().map(|p| p % 13).collect();
             let rc = unsafe {
                 beaconkv_after_ubatch(
                     self.ctx,
@@ -315,7 +327,6 @@ impl Session {
                     pos.as_ptr(),
                     sid.as_ptr(),
                     qrow.as_ptr(),
-                    tokens.as_ptr(),
                 )
             };
             check_status("after_ubatch", rc);
@@ -384,8 +395,15 @@ impl Session {
                     std::ptr::null()
                 };
                 let n = n.min(4);
+                // a token view of raw positions, or none
+                let t_pos: Vec<i32> = (0..4).map(|_| input.i32()).collect();
+                let t_p = if which & 4 == 0 {
+                    t_pos.as_ptr()
+                } else {
+                    std::ptr::null()
+                };
                 let rc = check_status("before_batch", unsafe {
-                    beaconkv_before_batch(self.ctx, n, ids_p, new_p, std::ptr::null())
+                    beaconkv_before_batch(self.ctx, n, ids_p, new_p, std::ptr::null(), n, t_p, ids_p, t_p)
                 });
                 if n > 0 && (ids_p.is_null() || new_p.is_null()) {
                     assert_eq!(rc, BEACONKV_ERR_NULL);
@@ -423,7 +441,6 @@ impl Session {
                         ptr(&pos, 1),
                         ptr(&sid, 2),
                         ptr(&qrow, 4),
-                        ptr(&pos, 8),
                     )
                 });
                 if n > 0 && which & 7 != 0 {
@@ -516,14 +533,16 @@ impl Session {
                 // Plain generation: one token for a known sequence.
                 let s = (input.u8() % N_SEQ as u8) as i32;
                 let one = 1;
+                let p = self.world.next_pos[s as usize];
+                let t = p % 13;
                 check_status("before_batch", unsafe {
-                    beaconkv_before_batch(self.ctx, 1, &s, &one, std::ptr::null())
+                    beaconkv_before_batch(self.ctx, 1, &s, &one, std::ptr::null(), 1, &p, &s, &t)
                 });
                 if let Some(p) = self.world.place(s as usize) {
                     self.world.write_query(0, p);
                     let q = 0;
                     check_status("after_ubatch", unsafe {
-                        beaconkv_after_ubatch(self.ctx, 1, &p, &s, &q, &p)
+                        beaconkv_after_ubatch(self.ctx, 1, &p, &s, &q)
                     });
                     let rc =
                         check_status("after_decode", unsafe { beaconkv_after_decode(self.ctx) });

@@ -19,6 +19,7 @@
 //! threshold come back. After a multi-token batch in the decode phase (a new user turn) a swap
 //! pass runs instead (a pass at the current size). Cells recalled are kept by the next pass.
 
+use std::ops::RangeInclusive;
 use std::time::Instant;
 
 use super::{Engine, EngineError, Phase, Scoring};
@@ -44,6 +45,9 @@ pub struct SeqRecall {
     /// A check since the last pass found the text repeating an earlier passage (recall by
     /// tokens): the next pass lets archived pages compete.
     pub repeat_seen: bool,
+    /// The first and last positions of the batch about to be placed, when its token ids are
+    /// known (set by `record_tokens`, taken by `before_batch`).
+    pub batch_span: Option<(i32, i32)>,
 }
 
 /// Buffers of archive work, reused between passes.
@@ -88,6 +92,9 @@ pub struct ArchScratch {
 const TARGET_PAGES: usize = 8;
 /// Pages after a page found that way that come with it.
 const READ_AHEAD: i32 = 1;
+/// The last positions of a batch whose phrases a batch check looks up (a question's words
+/// sit at the end of a user turn, before the chat template's few tokens).
+const BATCH_TAIL: i32 = 32;
 
 impl Engine {
     /// Turn the archive on when the params ask for it, the host has its callbacks and every
@@ -479,12 +486,13 @@ impl Engine {
         // position after its earlier occurrence (`tokens.rs`); without, where the queries read
         let n_match = self.params.recall_match;
         let now = state.stats.pos_max;
+        let page = self.params.page as i32;
         let read_at = if n_match > 0 && state.trail.knows(now, n_match) {
             let Some(q) = state.trail.earlier_match(now, n_match) else {
                 return Ok(count);
             };
             state.recall.repeat_seen = true;
-            Some(q)
+            Some(q + 1..=q + page)
         } else {
             None
         };
@@ -492,21 +500,60 @@ impl Engine {
             // no pass has ranked the cells since a restore: one swap pass does
             return self.compress_pass(host, seq, count, true);
         }
+        self.recall_at(host, seq, read_at);
+        self.cell_count(host, seq)
+    }
+
+    /// A targeted recall (`targeted_recall`) with its time and count in the statistics; a
+    /// failed host callback turns the archive off.
+    fn recall_at(&mut self, host: &mut dyn Host, seq: i32, read_at: Option<RangeInclusive<i32>>) {
         let t0 = Instant::now();
         let recalled = self.targeted_recall(host, seq, read_at);
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let state = self.seq_entry(seq);
         state.stats.ms_recall += ms;
         match recalled {
-            Ok(k) => {
-                // (the cells that made room are counted as evicted where they left)
-                state.stats.recalled += k as u64;
-                self.cell_count(host, seq)
-            }
-            Err(e) => {
-                self.stop_archive(host, &e);
-                self.cell_count(host, seq)
-            }
+            // (the cells that made room are counted as evicted where they left)
+            Ok(k) => state.stats.recalled += k as u64,
+            Err(e) => self.stop_archive(host, &e),
+        }
+    }
+
+    /// Before a batch of several tokens that asks for one output (a prompt chunk, a new user
+    /// turn) is computed, positions `first..=last` of `seq`: when one of its last `BATCH_TAIL`
+    /// tokens ends a phrase of `recall_match / 2` tokens (rounded up) that occurred exactly once
+    /// before the batch, the archived positions of that phrase and of the `page` positions after
+    /// it come back in place of the weakest cells the last pass kept, so that the question is
+    /// read with the passage it quotes (the phrase's own tokens too: on the passkey test, 4 of
+    /// 5 answers are found with them, 3 of 5 without). The phrase nearest the batch's
+    /// end with something archived after it wins. A
+    /// decode step's check needs `recall_match` tokens: it runs every few steps of running text,
+    /// where short phrases recur by chance; a batch is checked once, and a phrase that occurred
+    /// only once points at one passage.
+    pub(super) fn batch_recall(
+        &mut self,
+        host: &mut dyn Host,
+        seq: i32,
+        (first, last): (i32, i32),
+    ) {
+        let n_match = self.params.recall_match.div_ceil(2);
+        if n_match == 0 || self.scoring() != Scoring::Policy {
+            return;
+        }
+        let (Some(layout), Some(state)) = (self.archive.as_ref(), self.seqs.get(&seq)) else {
+            return;
+        };
+        if state.archive.is_empty() || state.recall.victims.is_empty() {
+            return;
+        }
+        let tail = (last - BATCH_TAIL + 1).max(first)..=last;
+        let read_at = tail.rev().find_map(|p| {
+            let q = state.trail.unique_earlier(p, n_match, first)?;
+            let holes = q + 1 - n_match as i32..=q + layout.page as i32;
+            archived_in(&holes, layout, &state.archive).then_some(holes)
+        });
+        if read_at.is_some() {
+            self.recall_at(host, seq, read_at);
         }
     }
 
@@ -528,16 +575,16 @@ impl Engine {
             || repeat_seen
     }
 
-    /// The per-step recall: the holes after the reading position (`read_at`, from the tokens;
-    /// else the kept cell the newest queries attend most, see `holes_after`), or failing that
-    /// the archive's best pages (`archive_winners`), take the places of the weakest kept cells
-    /// of the last pass (which are archived) that they beat by `recall_margin` (a position
-    /// found by the tokens beats any). Returns the cells recalled.
+    /// The per-step recall: the archived positions in `read_at` (found by the tokens), else in
+    /// the `page` positions after the kept cell the newest queries attend most (`holes_in`),
+    /// or failing that the archive's best pages (`archive_winners`), take the places of the
+    /// weakest kept cells of the last pass (which are archived) that they beat by
+    /// `recall_margin` (positions found by the tokens beat any). Returns the cells recalled.
     fn targeted_recall(
         &mut self,
         host: &mut dyn Host,
         seq: i32,
-        read_at: Option<i32>,
+        read_at: Option<RangeInclusive<i32>>,
     ) -> Result<usize, String> {
         let Engine {
             scratch,
@@ -578,13 +625,14 @@ impl Engine {
         // 1. where the sequence reads from now: the holes after it, or when nothing the cache
         // holds beats the threshold, the archived pages whose keys do
         let read = match read_at {
-            Some(q) => Some((q, f32::INFINITY)),
+            Some(holes) => Some((holes, f32::INFINITY)),
             None => reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
-                .map_err(|e| e.0)?,
+                .map_err(|e| e.0)?
+                .map(|(s, logit)| (s + 1..=s + layout.page as i32, logit)),
         };
         match read {
-            Some((s, logit)) if logit > threshold => {
-                holes_after(s, logit, layout, &state.archive, sc)
+            Some((holes, logit)) if logit > threshold => {
+                holes_in(holes, logit, layout, &state.archive, sc)
             }
             _ => archive_winners(scorer.as_mut(), &ctx, threshold, layout, &state.archive, sc),
         }
@@ -684,18 +732,31 @@ fn reading_position(
     Ok(top.map(|(i, &logit)| (pos[i], logit)))
 }
 
+/// Whether any of the positions `holes` is archived.
+fn archived_in(
+    holes: &RangeInclusive<i32>,
+    layout: &Layout,
+    archive: &crate::archive::SeqArchive,
+) -> bool {
+    (layout.page_of(*holes.start())..=layout.page_of(*holes.end())).any(|id| {
+        archive
+            .page(id)
+            .is_some_and(|page| page.pos.iter().any(|p| holes.contains(p)))
+    })
+}
+
 /// Where a passage is being re-read, token-level eviction has left holes in it, and a hole's
 /// page would only win a check after the token that needed it: the archived positions in
-/// `s + 1 ..= s + page` after the reading position `s`, into `sc.recall` as (page, position),
-/// their pages with `logit` into `sc.winners`.
-fn holes_after(
-    s: i32,
+/// `holes` (the `page` positions after the reading position, with the quoted phrase before
+/// them for a batch check), into `sc.recall` as (page, position), their pages with `logit`
+/// into `sc.winners`.
+fn holes_in(
+    holes: RangeInclusive<i32>,
     logit: f32,
     layout: &Layout,
     archive: &crate::archive::SeqArchive,
     sc: &mut ArchScratch,
 ) {
-    let holes = (s + 1)..=(s + layout.page as i32);
     let (recall, winners) = (&mut sc.recall, &mut sc.winners);
     recall.clear();
     winners.clear();

@@ -198,10 +198,16 @@ static const beaconkv_plugin * g_plugin = NULL;
 
 static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, int32_t n) {
     CHECK(n <= Q_ROWS, "ubatch too large");
-    const int32_t before = g_plugin ? g_plugin->before_batch(g_plugin->ud, 1, &seq, &n, NULL)
-                                    : beaconkv_before_batch(ctx, 1, &seq, &n, NULL);
-    CHECK(before == BEACONKV_OK, "before_batch: %s", beaconkv_last_error(ctx));
     int32_t pos[Q_ROWS], sid[Q_ROWS], qrow[Q_ROWS];
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        sid[i] = seq;
+        qrow[i] = i;
+    }
+    /* token ids (here the positions) through the table; none (a batch of embeddings) directly */
+    const int32_t before = g_plugin ? g_plugin->before_batch(g_plugin->ud, 1, &seq, &n, NULL, n, pos, sid, pos)
+                                    : beaconkv_before_batch(ctx, 1, &seq, &n, NULL, n, pos, sid, NULL);
+    CHECK(before == BEACONKV_OK, "before_batch: %s", beaconkv_last_error(ctx));
     int placed = 0;
     for (int c = 0; c < N_CELLS && placed < n; c++) {
         if (h->seq[c] != -1) continue;
@@ -212,15 +218,11 @@ static void decode(beaconkv_context * ctx, host_t * h, int32_t seq, int32_t p0, 
             for (int i = 0; i < N_HEAD_KV * HEAD_DIM; i++) h->k[l][c][i] = f32_to_f16(synth(l, p, i));
             for (int i = 0; i < N_HEAD * HEAD_DIM; i++) h->q[l][placed][i] = synth(l, p, i + 3);
         }
-        pos[placed] = p;
-        sid[placed] = seq;
-        qrow[placed] = placed;
         placed++;
     }
     CHECK(placed == n, "host cache full");
-    /* token ids (here the positions) through the table; none (a batch of embeddings) directly */
-    const int32_t after = g_plugin ? g_plugin->after_ubatch(g_plugin->ud, n, pos, sid, qrow, pos)
-                                   : beaconkv_after_ubatch(ctx, n, pos, sid, qrow, NULL);
+    const int32_t after = g_plugin ? g_plugin->after_ubatch(g_plugin->ud, n, pos, sid, qrow)
+                                   : beaconkv_after_ubatch(ctx, n, pos, sid, qrow);
     CHECK(after == BEACONKV_OK, "after_ubatch: %s", beaconkv_last_error(ctx));
     const int32_t done = g_plugin ? g_plugin->after_decode(g_plugin->ud) : beaconkv_after_decode(ctx);
     CHECK(done == BEACONKV_OK, "after_decode: %s", beaconkv_last_error(ctx));
@@ -467,14 +469,16 @@ static void test_nulls(void) {
     CHECK(beaconkv_context_params(NULL, &p) == BEACONKV_ERR_NULL, "params ctx");
     CHECK(beaconkv_context_params(ctx, NULL) == BEACONKV_ERR_NULL, "params out");
     CHECK(beaconkv_refresh_layers(NULL) == BEACONKV_ERR_NULL, "refresh");
-    CHECK(beaconkv_before_batch(NULL, 1, &zero, &one, NULL) == BEACONKV_ERR_NULL, "before ctx");
-    CHECK(beaconkv_before_batch(ctx, 1, NULL, &one, NULL) == BEACONKV_ERR_NULL, "before ids");
-    CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL, NULL) == BEACONKV_ERR_NULL, "before n_new");
-    CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL, NULL) == BEACONKV_OK, "empty batch");
-    CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
-    CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
-    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
-    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch q_row");
+    CHECK(beaconkv_before_batch(NULL, 1, &zero, &one, NULL, 0, NULL, NULL, NULL) == BEACONKV_ERR_NULL, "before ctx");
+    CHECK(beaconkv_before_batch(ctx, 1, NULL, &one, NULL, 0, NULL, NULL, NULL) == BEACONKV_ERR_NULL, "before ids");
+    CHECK(beaconkv_before_batch(ctx, 1, &zero, NULL, NULL, 0, NULL, NULL, NULL) == BEACONKV_ERR_NULL, "before n_new");
+    CHECK(beaconkv_before_batch(ctx, 1, &zero, &one, NULL, 1, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "before pos");
+    CHECK(beaconkv_before_batch(ctx, 1, &zero, &one, NULL, 1, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "before seq_id");
+    CHECK(beaconkv_before_batch(ctx, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL) == BEACONKV_OK, "empty batch");
+    CHECK(beaconkv_after_ubatch(NULL, 1, &zero, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch ctx");
+    CHECK(beaconkv_after_ubatch(ctx, 1, NULL, &zero, &zero) == BEACONKV_ERR_NULL, "ubatch pos");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, NULL, &zero) == BEACONKV_ERR_NULL, "ubatch seq");
+    CHECK(beaconkv_after_ubatch(ctx, 1, &zero, &zero, NULL) == BEACONKV_ERR_NULL, "ubatch q_row");
     CHECK(beaconkv_after_decode(NULL) == BEACONKV_ERR_NULL, "after_decode");
     beaconkv_seq_removed(NULL, 0, -1, -1);
     beaconkv_seq_copied(NULL, 0, 1, -1, -1);
