@@ -525,11 +525,10 @@ impl Engine {
     /// before the batch, the archived positions of that phrase and of the `page` positions after
     /// it come back in place of the weakest cells the last pass kept, so that the question is
     /// read with the passage it quotes (the phrase's own tokens too: on the passkey test, 4 of
-    /// 5 answers are found with them, 3 of 5 without). The phrase nearest the batch's
-    /// end with something archived after it wins. A
-    /// decode step's check needs `recall_match` tokens: it runs every few steps of running text,
-    /// where short phrases recur by chance; a batch is checked once, and a phrase that occurred
-    /// only once points at one passage.
+    /// 5 answers are found with them, 3 of 5 without). The phrase nearest the batch's end with
+    /// something archived after it wins. A decode step's check needs `recall_match` tokens: it
+    /// runs every few steps of running text, where short phrases recur by chance; a batch is
+    /// checked once, and a phrase that occurred only once points at one passage.
     pub(super) fn batch_recall(
         &mut self,
         host: &mut dyn Host,
@@ -546,7 +545,8 @@ impl Engine {
         if state.archive.is_empty() || state.recall.victims.is_empty() {
             return;
         }
-        let tail = (last - BATCH_TAIL + 1).max(first)..=last;
+        // (positions come from the host: no arithmetic that could overflow on them)
+        let tail = last.saturating_sub(BATCH_TAIL - 1).max(first)..=last;
         let read_at = tail.rev().find_map(|p| {
             let q = state.trail.unique_earlier(p, n_match, first)?;
             let holes = q + 1 - n_match as i32..=q + layout.page as i32;
