@@ -299,6 +299,36 @@ def test_archive_is_reported_and_restored_with_the_slot(server, tiny, tmp_path):
     assert s.slot(0)["kv_compress"]["archived"] == kv["archived"]
 
 
+def passkey_prompt(key: int, n_rep: int = 85, depth: float = 0.5) -> str:
+    """A number hidden in ~2,100 tokens of filler, asked for at the end (beaconkv-eval's passkey)."""
+    filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    text = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
+            "I will quiz you about the important information there.\n")
+    for i in range(n_rep):
+        if i == int(n_rep * depth):
+            text += f"The pass key is {key}. Remember it. {key} is the pass key.\n"
+        text += filler
+    return text + "\nWhat is the pass key? The pass key is"
+
+
+def test_archive_brings_back_what_the_question_quotes_smollm2(server, smol):
+    # the question ends with the words the needle began with: the prompt chunk that holds them
+    # recalls the needle before it is computed, and the key is answered at 256 cells, which
+    # beacon alone cannot (it keeps a few of the needle's tokens and answers with filler)
+    key = 30109
+    answers = {}
+    for name, extra in [("beacon", []), ("archive", ["--kv-archive", "2048"])]:
+        s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", "256", *extra)
+        res = s.complete(passkey_prompt(key), 8, ignore_eos=False)
+        assert kv_of(res)["kv_cells"] <= 256
+        answers[name] = (res["content"], s.slot(0)["kv_compress"])
+        s.stop()
+    content, kv = answers["archive"]
+    assert str(key) in content, answers
+    assert kv["recalled"] > 0 and kv["cells_peak"] <= 256, kv
+    assert str(key) not in answers["beacon"][0], answers
+
+
 def test_archive_with_a_streaming_policy_stops_startup(tiny):
     out = subprocess.run(
         [str(tool("llama-server")), "-m", str(tiny), "--kv-compress", "streaming", "--kv-archive", "64",
