@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 3
+#define BEACONKV_ABI_VERSION 4
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -382,9 +382,10 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
  * The batch's tokens one by one: token i has id token[i] and position pos[i] in sequence
  * seq_id[i] (its first sequence). token may be NULL (a batch of embeddings, or a host that does not
  * tell; pos and seq_id are then not read): with an archive, the ids tell a passage being re-read
- * (recall_match), and a batch that asks for one output (a prompt chunk, a new user turn) whose end
- * quotes a phrase that occurred once before gets the archived text after it back before it is
- * computed. All arrays are borrowed for the call.
+ * (recall_match), and a batch that asks for at most one output (a prompt chunk, a new user turn;
+ * also a lone token after chunks that asked for none) whose end quotes a phrase that occurred once
+ * before gets that phrase and the archived text after it back before it is computed. All arrays
+ * are borrowed for the call.
  * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
  * Best effort: it never evicts the protected prefix or the window, so a batch larger than
  * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host

@@ -475,7 +475,7 @@ impl Engine {
                 }
             }
             let span = self.seq_entry(seq).recall.batch_span.take();
-            if let Some(span) = span.filter(|_| n > 1 && !several_logits) {
+            if let Some(span) = self.quote_span(seq, n, n_outputs.and_then(|o| o.get(i)), span) {
                 self.batch_recall(host, seq, span);
             }
             let prefix = self.effective_prefix(seq, host);
@@ -486,6 +486,31 @@ impl Engine {
             state.recall.batch_span = None;
         }
         result
+    }
+
+    /// The positions whose end `batch_recall` looks up before a call of `n` tokens asking for
+    /// `outputs` logits, whose ids span `span`: a batch of several tokens and at most one
+    /// output (a prompt chunk, a user turn); or a lone token after chunks that asked for none
+    /// (the last token of a prompt read in chunks: llama-server's 32k + 1), with the chunk
+    /// before it. Not a generation step or a batch asking for every token's logits.
+    fn quote_span(
+        &mut self,
+        seq: i32,
+        n: i32,
+        outputs: Option<&i32>,
+        span: Option<(i32, i32)>,
+    ) -> Option<(i32, i32)> {
+        let recall = &mut self.seq_entry(seq).recall;
+        let chunk = recall.chunk_start.take();
+        let span = span?;
+        if n > 1 && outputs == Some(&0) {
+            recall.chunk_start = Some(span.0);
+        }
+        match n {
+            1 => chunk.map(|first| (first, span.1)),
+            _ if outputs.is_none_or(|&k| k <= 1) => Some(span),
+            _ => None,
+        }
     }
 
     /// Hook (before `before_batch`): the ids of a batch's tokens at their positions, which the

@@ -344,6 +344,38 @@ fn a_user_turn_that_quotes_a_phrase_gets_what_followed_it_before_it_is_computed(
 }
 
 #[test]
+fn a_turn_whose_last_token_comes_alone_is_checked_with_the_chunk_before_it() {
+    // llama-server reads a turn in chunks that ask for no output; a turn of 32k + 1 tokens ends
+    // with its last token alone: the quote that token completes is looked up then
+    let (mut engine, mut host, mut rng) = setup(&spec(",archive=1024"));
+    phase_a_with_tokens(&mut engine, &mut host, &mut rng);
+    let mut chunk: Vec<i32> = (0..8).map(|i| 7 + i).collect();
+    chunk.extend((ANCHOR - 3..ANCHOR).map(token_at)); // 3 of the quote's 4 tokens
+    let kept = batch_before_placement(&mut engine, &mut host, 300, &chunk, 0);
+    assert!(
+        PLANTED.clone().all(|p| !kept.contains(&p)),
+        "3 tokens quote nothing"
+    );
+    let pos: Vec<i32> = (300..300 + chunk.len() as i32).collect();
+    for &p in &pos {
+        let cell = host.place(0, p);
+        for l in 0..host.layers.len() {
+            for k in host.k_row_mut(l, cell) {
+                *k = f16::from_f32(0.3 * rng.next());
+            }
+        }
+    }
+    engine
+        .after_ubatch(&mut host, &pos, &vec![0; pos.len()], &vec![-1; pos.len()])
+        .unwrap();
+    engine.after_decode(&mut host).unwrap();
+    let last = 300 + chunk.len() as i32;
+    let kept = batch_before_placement(&mut engine, &mut host, last, &[token_at(ANCHOR)], 1);
+    let back = PLANTED.clone().filter(|p| kept.contains(p)).count();
+    assert_eq!(back, PLANTED.len(), "{kept:?}");
+}
+
+#[test]
 fn a_phrase_that_occurred_more_than_once_points_at_no_passage() {
     // the text uses the 4 tokens before the passage twice (at 92..96 and again at 200..204, as
     // a chat template recurs): a turn ending with them recalls nothing

@@ -48,6 +48,9 @@ pub struct SeqRecall {
     /// The first and last positions of the batch about to be placed, when its token ids are
     /// known (set by `record_tokens`, taken by `before_batch`).
     pub batch_span: Option<(i32, i32)>,
+    /// The first position of the last batch when it brought several tokens and asked for no
+    /// output: a chunk of a prompt or turn whose end is still to come.
+    pub chunk_start: Option<i32>,
 }
 
 /// Buffers of archive work, reused between passes.
@@ -519,14 +522,15 @@ impl Engine {
         }
     }
 
-    /// Before a batch of several tokens that asks for one output (a prompt chunk, a new user
-    /// turn) is computed, positions `first..=last` of `seq`: when one of its last `BATCH_TAIL`
-    /// tokens ends a phrase of `recall_match / 2` tokens (rounded up) that occurred exactly once
-    /// before the batch, the archived positions of that phrase and of the `page` positions after
-    /// it come back in place of the weakest cells the last pass kept, so that the question is
-    /// read with the passage it quotes (the phrase's own tokens too: on the passkey test, 4 of
-    /// 5 answers are found with them, 3 of 5 without). The phrase nearest the batch's end with
-    /// something archived after it wins. A decode step's check needs `recall_match` tokens: it
+    /// Before a batch of several tokens that asks for at most one output (a prompt chunk, a new
+    /// user turn), or the lone last token of a text read in chunks, is computed, positions
+    /// `first..=last` of `seq` (see `quote_span`): when one of the last `BATCH_TAIL` tokens
+    /// ends a phrase of `recall_match / 2` tokens (rounded up) that occurred exactly once before
+    /// `first`, the archived positions of that phrase and of the `page` positions after it come
+    /// back in place of the weakest cells the last pass kept, so that the question is read with
+    /// the passage it quotes (the phrase's own tokens too: on the passkey test, 4 of 5 answers
+    /// are found with them, 3 of 5 without). The phrase nearest the end with something archived
+    /// after it wins. A decode step's check needs `recall_match` tokens: it
     /// runs every few steps of running text, where short phrases recur by chance; a batch is
     /// checked once, and a phrase that occurred only once points at one passage.
     pub(super) fn batch_recall(
