@@ -115,10 +115,10 @@ typedef struct beaconkv_params {
                                       earlier in the sequence, from the positions after that earlier
                                       occurrence, and a pass in the decode phase lets archived pages
                                       compete only after such a check; text that repeats nothing runs
-                                      exactly as without the archive. A prompt chunk or user turn
-                                      whose end quotes recall_match/2 (rounded up) tokens that
-                                      occurred once before recalls what followed them before it is
-                                      computed. 0 (or no token ids) = the
+                                      exactly as without the archive. The end of a prompt or user
+                                      turn that quotes recall_match/2 (rounded up) tokens that
+                                      occurred once before recalls them and what followed before it
+                                      is computed. 0 (or no token ids) = the
                                       reading position is the kept cell the newest 4 queries attend
                                       most, which must beat the weakest kept one by recall_margin,
                                       else the archived pages with the best bounds are checked;
@@ -382,10 +382,10 @@ int32_t beaconkv_refresh_layers(beaconkv_context * ctx);
  * The batch's tokens one by one: token i has id token[i] and position pos[i] in sequence
  * seq_id[i] (its first sequence). token may be NULL (a batch of embeddings, or a host that does not
  * tell; pos and seq_id are then not read): with an archive, the ids tell a passage being re-read
- * (recall_match), and a batch that asks for at most one output (a prompt chunk, a new user turn;
- * also a lone token after chunks that asked for none) whose end quotes a phrase that occurred once
- * before gets that phrase and the archived text after it back before it is computed. All arrays
- * are borrowed for the call.
+ * (recall_match), and the end of a prompt or user turn (several tokens asking for one output, or a
+ * lone token after chunks that asked for none) that quotes a phrase that occurred once before gets
+ * that phrase and the archived text after it back before it is computed. All arrays are borrowed
+ * for the call.
  * Compresses sequences that would pass their budget, to min(budget_min, budget - n_new[i]) cells.
  * Best effort: it never evicts the protected prefix or the window, so a batch larger than
  * budget - prefix - window may still not fit; it then returns BEACONKV_OK all the same and the host

@@ -489,10 +489,11 @@ impl Engine {
     }
 
     /// The positions whose end `batch_recall` looks up before a call of `n` tokens asking for
-    /// `outputs` logits, whose ids span `span`: a batch of several tokens and at most one
-    /// output (a prompt chunk, a user turn); or a lone token after chunks that asked for none
-    /// (the last token of a prompt read in chunks: llama-server's 32k + 1), with the chunk
-    /// before it. Not a generation step or a batch asking for every token's logits.
+    /// `outputs` logits, whose ids span `span`: the end of a prompt or user turn, a batch of
+    /// several tokens asking for one output (or an unknown number); or a lone token after
+    /// chunks that asked for none (the last token of a prompt read in chunks: llama-server's
+    /// 32k + 1), with the chunk before it. Not a chunk in the middle of a prompt (no output),
+    /// a generation step or a batch asking for several tokens' logits.
     fn quote_span(
         &mut self,
         seq: i32,
@@ -508,7 +509,7 @@ impl Engine {
         }
         match n {
             1 => chunk.map(|first| (first, span.1)),
-            _ if outputs.is_none_or(|&k| k <= 1) => Some(span),
+            _ if outputs.is_none_or(|&k| k == 1) => Some(span),
             _ => None,
         }
     }

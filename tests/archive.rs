@@ -332,8 +332,10 @@ fn a_user_turn_that_quotes_a_phrase_gets_what_followed_it_before_it_is_computed(
     let (back, recalled) = held(1, ANCHOR - 3..ANCHOR + 1, "");
     assert_eq!(back, PLANTED.len(), "the passage after the quoted phrase");
     assert!(recalled >= PLANTED.len() as u64);
-    // teacher-forced or speculative batches (logits for every token) are not user turns
+    // teacher-forced or speculative batches (logits for every token) are not user turns, and a
+    // chunk that asks for no output is not the end of one
     assert_eq!(held(12, ANCHOR - 3..ANCHOR + 1, ""), (0, 0));
+    assert_eq!(held(0, ANCHOR - 3..ANCHOR + 1, ""), (0, 0));
     // 3 tokens are fewer than recall_match / 2
     assert_eq!(held(1, ANCHOR - 2..ANCHOR + 1, "").0, 0);
     // recall_match=6: 3 tokens do
