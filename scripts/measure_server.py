@@ -9,29 +9,14 @@ size line), aggregate generated tokens/s, and the plugin's share of decode time 
 """
 
 import argparse
-import json
 import re
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def post(url, body, timeout):
-    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return json.loads(r.read())
+from server_util import ROOT, free_port, post, wait_healthy
 
 
 def rss_mib(pid: int) -> float:
@@ -51,12 +36,7 @@ def run(args, kv_flags):
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_healthy(url, proc)
         peak = [0.0]
         done = threading.Event()
 

@@ -8,14 +8,12 @@
              --kv-compress beacon --kv-budget 256 --kv-archive 2048
 """
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from server_util import ROOT, free_port, post, wait_healthy
+
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 HEAD = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
         "I will quiz you about the important information there.\n")
@@ -35,30 +33,18 @@ def main() -> int:
         print(__doc__, file=sys.stderr)
         return 2
     model, flags = sys.argv[1], sys.argv[2:]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([str(ROOT / "build/bin/llama-server"), "-m", model, "-c", "4096", "--port", str(port),
                                "-t", "2", "-np", "1", "--slots", *flags],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                if server.poll() is not None:
-                    print(f"llama-server exited with {server.returncode}", file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
+        wait_healthy(url, server)
         found = 0
         for i, depth in enumerate([0.1, 0.3, 0.5, 0.7, 0.9]):
             key = 10000 + (i * 7919 + 4271) % 90000  # beaconkv-eval's keys
             body = {"prompt": prompt(key, depth), "n_predict": 8, "temperature": 0.0, "cache_prompt": False}
-            req = urllib.request.Request(url + "/completion", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
-            res = json.load(urllib.request.urlopen(req, timeout=600))
+            res = post(url + "/completion", body, timeout=600)
             ok = str(key) in res["content"]
             found += ok
             print(f"depth {depth}: {'found' if ok else 'not found'} {res['content']!r}", flush=True)
