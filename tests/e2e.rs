@@ -8,6 +8,18 @@ use common_e2e::*;
 use std::path::PathBuf;
 use std::process::Command;
 
+/// `test` on the tiny model with flash attention off (f16 cache, transposed V) and on with a
+/// q8_0 cache.
+fn e2e_fa_off_and_on_q8(test: &str) {
+    for flags in [
+        &["-fa", "off"][..],
+        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
+    ] {
+        let out = e2e(&tiny_model(), test, flags);
+        assert!(out.contains(&format!("ok {test}")), "{flags:?}: {out}");
+    }
+}
+
 fn e2e(model: &std::path::Path, test: &str, flags: &[&str]) -> String {
     let mut cmd = Command::new(tool("test_e2e"));
     cmd.arg(model).arg(test).args(["-t", "2"]).args(flags);
@@ -144,42 +156,18 @@ fn archive_rows_move_between_cells_exactly() {
 /// recalled by its tokens, with flash attention off and on and a quantised cache.
 #[test]
 fn archive_recalls_a_repeated_passage_by_its_tokens() {
-    for flags in [
-        &["-fa", "off"][..],
-        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
-    ] {
-        let out = e2e(&tiny_model(), "archive_recall_by_tokens", flags);
-        assert!(
-            out.contains("ok archive_recall_by_tokens"),
-            "{flags:?}: {out}"
-        );
-    }
+    e2e_fa_off_and_on_q8("archive_recall_by_tokens");
 }
 
 /// Token ids reach the plugin before a batch is placed: a user turn that quotes how an evicted
 /// passage began gets the phrase and what followed it back, flash attention off and on.
 #[test]
 fn archive_recalls_a_quoted_passage_at_a_user_turn() {
-    for flags in [
-        &["-fa", "off"][..],
-        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
-    ] {
-        let out = e2e(&tiny_model(), "archive_recall_at_batch_start", flags);
-        assert!(
-            out.contains("ok archive_recall_at_batch_start"),
-            "{flags:?}: {out}"
-        );
-    }
+    e2e_fa_off_and_on_q8("archive_recall_at_batch_start");
 }
 
 /// A long generation with the archive: cells bounded, every token accounted for.
 #[test]
 fn archive_generation_stays_bounded() {
-    for flags in [
-        &["-fa", "off"][..],
-        &["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"][..],
-    ] {
-        let out = e2e(&tiny_model(), "archive_run", flags);
-        assert!(out.contains("ok archive_run"), "{flags:?}: {out}");
-    }
+    e2e_fa_off_and_on_q8("archive_run");
 }
