@@ -522,17 +522,16 @@ impl Engine {
         }
     }
 
-    /// Before a batch of several tokens that asks for at most one output (a prompt chunk, a new
-    /// user turn), or the lone last token of a text read in chunks, is computed, positions
-    /// `first..=last` of `seq` (see `quote_span`): when one of the last `BATCH_TAIL` tokens
-    /// ends a phrase of `recall_match / 2` tokens (rounded up) that occurred exactly once before
-    /// `first`, the archived positions of that phrase and of the `page` positions after it come
-    /// back in place of the weakest cells the last pass kept, so that the question is read with
-    /// the passage it quotes (the phrase's own tokens too: on the passkey test, 4 of 5 answers
-    /// are found with them, 3 of 5 without). The phrase nearest the end with something archived
-    /// after it wins. A decode step's check needs `recall_match` tokens: it
-    /// runs every few steps of running text, where short phrases recur by chance; a batch is
-    /// checked once, and a phrase that occurred only once points at one passage.
+    /// Before the end of a prompt or user turn is computed (positions `first..=last` of `seq`,
+    /// see `quote_span`): when one of the last `BATCH_TAIL` tokens ends a phrase of
+    /// `recall_match / 2` tokens (rounded up) that occurred exactly once before `first`, the
+    /// archived positions of that phrase and of the `page` positions after it come back in place
+    /// of the weakest cells the last pass kept, so that the question is read with the passage it
+    /// quotes (the phrase's own tokens too: on the passkey test, 4 of 5 answers are found with
+    /// them, 3 of 5 without). The phrase nearest the end with something archived after it wins.
+    /// A decode step's check needs `recall_match` tokens: it runs every few steps of running
+    /// text, where short phrases recur by chance; a turn's end is checked once, and a phrase
+    /// that occurred only once points at one passage.
     pub(super) fn batch_recall(
         &mut self,
         host: &mut dyn Host,
@@ -554,7 +553,8 @@ impl Engine {
         let read_at = tail.rev().find_map(|p| {
             let q = state.trail.unique_earlier(p, n_match, first)?;
             let holes = q + 1 - n_match as i32..=q + layout.page as i32;
-            archived_in(&holes, layout, &state.archive).then_some(holes)
+            let any = archived_in(&holes, layout, &state.archive).next().is_some();
+            any.then_some(holes)
         });
         if read_at.is_some() {
             self.recall_at(host, seq, read_at);
@@ -736,16 +736,17 @@ fn reading_position(
     Ok(top.map(|(i, &logit)| (pos[i], logit)))
 }
 
-/// Whether any of the positions `holes` is archived.
-fn archived_in(
-    holes: &RangeInclusive<i32>,
+/// The archived positions among `holes`, as (page, position), in page order.
+fn archived_in<'a>(
+    holes: &'a RangeInclusive<i32>,
     layout: &Layout,
-    archive: &crate::archive::SeqArchive,
-) -> bool {
-    (layout.page_of(*holes.start())..=layout.page_of(*holes.end())).any(|id| {
-        archive
-            .page(id)
-            .is_some_and(|page| page.pos.iter().any(|p| holes.contains(p)))
+    archive: &'a crate::archive::SeqArchive,
+) -> impl Iterator<Item = (i32, i32)> + 'a {
+    (layout.page_of(*holes.start())..=layout.page_of(*holes.end())).flat_map(move |id| {
+        let pos = archive.page(id).map_or(&[][..], |page| &page.pos[..]);
+        pos.iter()
+            .filter(|p| holes.contains(p))
+            .map(move |&p| (id, p))
     })
 }
 
@@ -764,20 +765,11 @@ fn holes_in(
     let (recall, winners) = (&mut sc.recall, &mut sc.winners);
     recall.clear();
     winners.clear();
-    for id in layout.page_of(*holes.start())..=layout.page_of(*holes.end()) {
-        let Some(page) = archive.page(id) else {
-            continue;
-        };
-        let before = recall.len();
-        recall.extend(
-            page.pos
-                .iter()
-                .filter(|p| holes.contains(p))
-                .map(|&p| (id, p)),
-        );
-        if recall.len() > before {
+    for (id, p) in archived_in(&holes, layout, archive) {
+        if winners.last().is_none_or(|w| w.0 != id) {
             winners.push((id, logit));
         }
+        recall.push((id, p));
     }
 }
 
