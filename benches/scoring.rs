@@ -2,7 +2,7 @@
 //! the shape of a small GQA model: 30 layers, 9 query heads, 3 kv heads, head_dim 64, f16 K,
 //! 2048 cached cells, 16 beacons + 16 recent queries per head. Prints a markdown table.
 //!
-//! Keys and queries are random, so every layer scores alike and a pruned pass (docs/engine.md)
+//! Keys and queries are random, so every layer scores alike and a pruned pass (docs/design.md)
 //! skips next to nothing here: this measures the kernel, not the pruning real passes get.
 //!
 //! Run: `cargo bench --bench scoring`

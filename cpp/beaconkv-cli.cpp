@@ -2,7 +2,7 @@
 //
 // Arguments go through llama.cpp's own common parser (-m, -p, -f, -n, -c, -b, -ub, -t, -fa, -ctk,
 // -ctv, --temp, --seed, ... and the --kv-* compression flags the patch series adds), plus:
-//   --stats-json PATH   write the compression summary as JSON (stable keys, see README)
+//   --stats-json PATH   write the compression summary as JSON (stable keys, see docs/flags.md)
 //   --chat              wrap the prompt as one user turn with the model's chat template
 // Generated text streams to stdout; the summary goes to stderr.
 

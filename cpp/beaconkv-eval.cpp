@@ -951,10 +951,10 @@ std::string run_trace(llama_model * model, const common_params & base_params, co
         while (j < n_gen - 1) {
             const int n = std::min(j == 0 && first > 0 ? first : chunk, n_gen - 1 - j);
             for (auto & r : runs) {
-                common_batch_clear(batch);
+                bkv_tools::batch_clear(batch);
                 const llama_pos p0 = llama_memory_seq_pos_max(llama_get_memory(r->ctx), 0) + 1;
                 for (int i = 0; i < n; i++) {
-                    common_batch_add(batch, trace[j + i], p0 + i, {0}, true);
+                    bkv_tools::batch_add(batch, trace[j + i], p0 + i, {0}, true);
                 }
                 auto t0 = clock_type::now();
                 const int ret = llama_decode(r->ctx, batch);

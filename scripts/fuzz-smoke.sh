@@ -7,7 +7,7 @@
 # RUSTC_BOOTSTRAP=1 lets cargo-fuzz pass its nightly-only flags (-Zsanitizer=address, ...).
 # The committed seeds in fuzz/corpus/<target>/ are read but never written: new inputs go to
 # fuzz/target/corpus/<target>/ (ignored), crashes to fuzz/artifacts/<target>/ (ignored).
-# Not run by CI (installing cargo-fuzz takes minutes); see docs/robustness.md.
+# Not run by CI (installing cargo-fuzz takes minutes); see docs/testing.md.
 set -euo pipefail
 
 SECONDS_PER_TARGET="${1:-30}"

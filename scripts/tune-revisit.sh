@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The revisit-perplexity experiments behind README's "levers tried": every variant of the beacon
+# The revisit-perplexity experiments behind the revisit decisions in docs/design.md: every variant of the beacon
 # policy and the baselines on the same lockstep runs, per budget. Results: results/tuning/*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."

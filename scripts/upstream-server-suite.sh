@@ -72,7 +72,7 @@ QWEN="$(scripts/fetch-models.sh qwen 2>/dev/null)" || { log "no Qwen2.5-Coder: t
 case "${UPSTREAM_MODEL:-smollm2}" in
     smollm2) STANDIN="$SMOLLM2" ;;
     tiny)
-        # random weights: its non-UTF-8 output makes every completion a 500 (see docs/upstream-suite.md)
+        # random weights: its non-UTF-8 output makes every completion a 500 (see docs/testing.md)
         STANDIN="$ROOT/build/models/tiny.gguf"
         if [ ! -f "$STANDIN" ]; then
             STANDIN="$ROOT/build/upstream-models/tiny.gguf"

@@ -1,6 +1,6 @@
 //! The archive: a second tier behind the KV cells. When a compression pass evicts cells, their K
 //! and V rows of every layer are copied here first (host memory, per sequence, keyed by
-//! position), so that a later pass can place them back when the queries need them again.
+//! position), so that they can be placed back when the text returns to them (see `tokens.rs`).
 //!
 //! Rows are grouped in pages of `page` consecutive positions. Each page keeps, per layer, the box
 //! its (dequantised) keys lie in, element-wise, as centre c and radius r: for any query q,

@@ -136,15 +136,16 @@ pub struct Params {
     /// (the path device and remote buffers take); for testing and measuring that path.
     pub read_copy: bool,
     /// Score cells by attention probability (per-query log-softmax over the sequence's cells)
-    /// instead of the raw logit q·k/√d of the method; see docs/engine.md for the measurements.
+    /// instead of the raw logit q·k/√d of the method; see docs/results.md for the measurements.
     pub score_prob: bool,
     /// Most archived cells per sequence; 0 = no archive.
     pub archive: usize,
     pub archive_type: ArchiveType,
     /// Consecutive positions per archive page.
     pub page: usize,
-    /// Decode steps between recall checks (the holes after the kept cell the newest queries
-    /// attend most; see `engine/recall.rs`); 0 = none.
+    /// Decode steps between recall checks (where the newest tokens repeat an earlier passage, or,
+    /// with `recall_match` = 0, the holes after the kept cell the newest queries attend most; see
+    /// `engine/recall.rs`); 0 = none.
     pub recall_every: usize,
     /// Logits by which a recall check's best logit must beat the weakest kept cell's, in
     /// hundredths (spec value 3 = 300).

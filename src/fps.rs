@@ -1,6 +1,6 @@
 //! Cosine furthest-point sampling of pre-RoPE queries: how the method picks its beacons.
 //!
-//! Port of the seed's `_farthest_point_sampling` for one (batch, head) group. The seed builds
+//! Port of the reference implementation's `_farthest_point_sampling` for one (batch, head) group. The reference implementation builds
 //! the full Q x Q similarity matrix; here only what the algorithm reads is computed:
 //! each row's mean similarity equals `q_i · (Σ_j q_j) / n` (one pass, O(n·d) instead of
 //! O(n²·d)), and the greedy loop needs only the similarity rows of the k selected points
@@ -24,7 +24,7 @@ pub struct FpsScratch {
     selected: Vec<usize>,
 }
 
-/// Cosine furthest-point sampling exactly like the seed's _farthest_point_sampling for one
+/// Cosine furthest-point sampling exactly like the reference implementation's _farthest_point_sampling for one
 /// (batch, head) group: points: n rows of dim floats (row-major). Returns k indices (in
 /// selection order). If n <= k returns 0..n.
 /// Start = argmin of mean cosine similarity; then greedily argmin of running max similarity.
@@ -108,14 +108,14 @@ fn normalize_rows(points: &[f32], dim: usize, unit: &mut Vec<f32>) {
     unit.clear();
     unit.extend_from_slice(points);
     for r in unit.chunks_exact_mut(dim) {
-        // a multiplication by the reciprocal: within an ulp of the seed's division, at a
+        // a multiplication by the reciprocal: within an ulp of the reference implementation's division, at a
         // fraction of its cost (FPS runs for every head each time the buffer fills)
         let inv = 1.0 / dot_fast(r, r).sqrt().max(NORM_EPS);
         r.iter_mut().for_each(|v| *v *= inv);
     }
 }
 
-/// Mean cosine similarity of every row to all n rows (itself included, as the seed's matrix
+/// Mean cosine similarity of every row to all n rows (itself included, as the reference implementation's matrix
 /// mean): `q_i · (Σ_j q_j) / n`, one column-sum pass instead of the full Gram matrix.
 /// Identical rows get bit-identical means, so exact ties stay ties.
 fn mean_similarities(

@@ -1,6 +1,6 @@
 //! The ggml tensor types a llama.cpp KV cache may hold, with their block geometry.
 //!
-//! Ids and sizes mirror `ggml/include/ggml.h` and `ggml/src/ggml-common.h` of llama.cpp b10200,
+//! Ids and sizes mirror `ggml/include/ggml.h` and `ggml/src/ggml-common.h` of llama.cpp 11434,
 //! so a type id read from a live `ggml_tensor` maps straight onto a dequantiser here.
 
 /// ggml type ids and block facts for: F32=0, F16=1, Q4_0=2, Q4_1=3, Q5_0=6, Q5_1=7, Q8_0=8,

@@ -1,6 +1,6 @@
 //! The Walsh-Hadamard rotation llama.cpp applies to Q and K when the K cache is quantised.
 //!
-//! Keys in a quantised cache are stored as `H * k` per `block` values (llama.cpp b10200,
+//! Keys in a quantised cache are stored as `H * k` per `block` values (llama.cpp 11434,
 //! `attn_rot_k`); queries get the same rotation, so `q·k` is unchanged and scoring may use
 //! either both rotated or both plain vectors. `H` is symmetric and orthonormal, hence its own
 //! inverse: applying it once more undoes it.

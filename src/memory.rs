@@ -15,7 +15,7 @@ pub struct ModelDesc {
     pub type_v: GgmlType,
 }
 
-/// K+V bytes per token across all layers (generalises the seed's calc_kv_cache_memory:
+/// K+V bytes per token across all layers (generalises the reference implementation's calc_kv_cache_memory:
 /// 2*n_kv_heads*head_dim*dtype_bytes*layers for f16).
 ///
 /// Each head's row is sized with `row_size`, as llama.cpp lays out quantised caches, so block

@@ -1,7 +1,7 @@
 //! Folding per-(layer, kv head) scores into one score per cell, and span pooling.
 //!
 //! llama.cpp shares a cell between all layers and heads, so eviction is per token; how the
-//! per-head opinions are combined is a quality lever (see docs/engine.md).
+//! per-head opinions are combined is a quality lever (see docs/design.md).
 
 use crate::config::Reduce;
 use crate::scorer::{fold_column_max, ScoreRows};

@@ -1,4 +1,4 @@
-//! Rotary position embedding, reproducing ggml's CPU `ggml_rope_ext` (llama.cpp b10200).
+//! Rotary position embedding, reproducing ggml's CPU `ggml_rope_ext` (llama.cpp 11434).
 //!
 //! The plugin captures queries after RoPE. To sample beacons it needs them position-free
 //! (`unrotate`), and to score it rotates them to the scoring position (`rotate`). Both must

@@ -3,7 +3,7 @@
 //!
 //! Recall between compression passes is for a passage being re-read. The queries cannot tell
 //! re-reading from ordinary text (on both, the kept cell they attend most beats the weakest kept
-//! cell at nearly every check: docs/archive.md), and every recall re-routes the passes after it,
+//! cell at nearly every check: docs/design.md), and every recall re-routes the passes after it,
 //! so recalling on ordinary text moves agreement by chance. The tokens can tell: when the newest
 //! `n` tokens occurred earlier in the sequence, the tokens that followed that earlier
 //! occurrence are the ones the next steps read again.

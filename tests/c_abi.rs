@@ -4,7 +4,7 @@
 //! The same C program also runs under valgrind (memcheck: invalid reads/writes and definite leaks
 //! fail) and built with gcc's AddressSanitizer + UndefinedBehaviorSanitizer (leak detection on).
 //! A missing valgrind or libasan FAILS these tests; set BEACONKV_NO_VALGRIND=1 to skip them on a
-//! machine without the tools (see docs/robustness.md).
+//! machine without the tools (see docs/testing.md).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,5 +1,5 @@
 //! Golden test: `fps::farthest_point_sampling` against indices produced by
-//! tests/gen_fps_golden.py, a line-by-line numpy port of the seed's `_farthest_point_sampling`
+//! tests/gen_fps_golden.py, a line-by-line numpy port of the reference implementation's `_farthest_point_sampling`
 //! (f32, first-index argmin). The fixture only holds cases whose answer does not depend on
 //! f32 summation order, so equality here is exact.
 

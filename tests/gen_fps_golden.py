@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Generate tests/fixtures/fps_golden.json: golden indices for fps::farthest_point_sampling.
 
-The reference is the seed's `_farthest_point_sampling` (seeds/000_ef92b02521e26abf.txt). torch
+The reference is `_farthest_point_sampling` of the method's reference implementation (PyTorch). torch
 is not installable here (its CPU wheel index is unreachable and PyPI's wheel pulls the CUDA
 stack), so `fps_seed_port` below is a line-by-line numpy port of it for one (batch, head)
 group, in float32 like torch's CPU float path:
@@ -15,7 +15,7 @@ group, in float32 like torch's CPU float path:
 
 Robustness: the Rust port sums in a different order than BLAS, so a case is kept only if its
 answer cannot depend on f32 summation order. Each case is run three ways (float32 through
-BLAS matmul as the seed does, float32 with per-entry sums, float64 with per-entry sums); all
+BLAS matmul as the reference implementation does, float32 with per-entry sums, float64 with per-entry sums); all
 three must pick the same indices, and at every argmin the runner-up must trail the winner by
 more than MARGIN in float64, unless the two are tied exactly in both per-entry runs (identical
 rows, zero rows, or 1-d data, where any summation order ties them too). Cases that fail are

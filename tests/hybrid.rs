@@ -1,7 +1,8 @@
 //! Hybrid models (attention + recurrent layers) end to end inside the patched llama.cpp: Gated
 //! DeltaNet (Qwen3.5 `qwen35`, Qwen3-Next `qwen3next`), short convolution (LFM2 `lfm2`), and the
 //! layouts the plugin refuses (LFM2 with sliding-window attention = hybrid iSWA without a global
-//! layer, Mamba-2 = recurrent only). The models are tiny random-weight GGUFs written by
+//! layer, Mamba-2 = recurrent only, Qwen4exp = hybrid with a sparse-attention indexer cache,
+//! dots3note = DSA with sliding-window layers). The models are tiny random-weight GGUFs written by
 //! scripts/make_tiny_hybrid_gguf.py into build/models/ when missing (no download).
 //!
 //! The cases test_e2e has (bounded cells, fork, state save/restore, `none` vs no plugin) run here on
@@ -331,14 +332,25 @@ fn command_line_none_matches_no_flag_and_budget_holds() {
 
 /// Layouts the plugin cannot compress: LFM2 with sliding-window attention (llama.cpp builds a
 /// hybrid iSWA memory whose base, non-SWA, attention cache has no layer: nothing the budget could
-/// bound) and Mamba-2 (recurrent only). Through common_init_from_params, as every tool: exactly one
-/// warning naming the reason, no plugin, the full cache, and for 8x the budget greedy logits
-/// bit-identical to a context without the plugin.
+/// bound), Mamba-2 (recurrent only), Qwen4-Exp (`llama_memory_hybrid_idx`: its sparse-attention
+/// indexer cache mirrors the attention cells one to one) and dots3-note (`llama_kv_cache_dsa_iswa`:
+/// MLA with a DSA indexer cache plus an SWA cache). Through common_init_from_params, as every tool:
+/// exactly one warning naming the reason, no plugin, the full cache, and for 8x the budget greedy
+/// logits bit-identical to a context without the plugin.
 #[test]
 fn refused_layouts_warn_once_and_run_uncompressed() {
     let cases = [
         ("lfm2-swa", "the attention cache has no layers"),
         ("mamba2", "the memory type is not supported"),
+        (
+            "qwen4exp",
+            "the memory type is not supported (hybrid with a sparse-attention indexer cache)",
+        ),
+        (
+            "dots3note",
+            "the memory type is not supported (recurrent-only, DSA, DSA-iSWA, DSv4, MSA or another \
+             cache layout)",
+        ),
     ];
     for (arch, reason) in cases {
         let out = hybrid(&hybrid_model(arch, None), "refused", &[]);

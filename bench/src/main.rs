@@ -19,8 +19,8 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 const DEFAULT_POLICIES: [&str; 5] = ["beacon", "beacon+archive", "recent", "streaming", "random"];
 const DEFAULT_TEXT: &str = "/usr/share/common-licenses/GPL-3";
-/// Decode rate of SmolLM2-135M on 2 cores, for the time estimate (session 14's full run on a
-/// 2-core VM: agree 619 s, revisit 633 s, passkey 1252 s, speed 1297 s).
+/// Decode rate of SmolLM2-135M on 2 cores, for the time estimate (a full run on a 2-core VM took
+/// agree 619 s, revisit 633 s, passkey 1252 s, speed 1297 s).
 const EST_DECODE_TOK_S: f64 = 52.0;
 /// Batched prompt processing of the uncompressed cache is roughly this much faster than decoding
 /// one token at a time.
@@ -34,7 +34,7 @@ const EST_COMPRESSED_PREFILL_FACTOR: f64 = 2.0;
     version,
     about = "Benchmark BeaconKV with beaconkv-eval: quality, passkey retrieval, speed and KV memory",
     after_help = "Extra llama.cpp flags go after `--`, e.g. `beaconkv-bench --quick -- -fa on -ctk q8_0`.\n\
-                  `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/tasks.md)."
+                  `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/testing.md)."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -48,7 +48,7 @@ pub struct Cli {
     /// KV budgets in cells [default: 128,256,512,1024; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
-    /// Eviction policies [default: beacon,recent,streaming,random]
+    /// Eviction policies [default: beacon,beacon+archive,recent,streaming,random]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Text for the agreement test; repeat for one agree run per text [default: /usr/share/common-licenses/GPL-3]
@@ -740,8 +740,8 @@ mod tests {
         assert_eq!(s.revisit_text, PathBuf::from(DEFAULT_TEXT));
         assert_eq!(s.modes, Mode::ALL.to_vec());
         assert_eq!(s.run.threads, 2);
-        // The default full run took 63 minutes on a 2-core VM in session 14 (five policies, the
-        // archive's three element types in the speed run): the estimate stays near that.
+        // The default full run took 63 minutes on a 2-core VM (five policies, the archive's three
+        // element types in the speed run): the estimate stays near that.
         let total: f64 = estimate_seconds(&s).iter().map(|(_, t)| t).sum();
         assert!(
             total > 45.0 * 60.0 && total < 75.0 * 60.0,

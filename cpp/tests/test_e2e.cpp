@@ -327,9 +327,9 @@ bool run_multi(env & e, const std::string & spec, int n_seq, int n_gen, bool uni
         const size_t n_batch = llama_n_batch(c);
         llama_batch b = llama_batch_init((int) n_batch, 0, 1);
         for (size_t i0 = 0; i0 < prompt.size(); i0 += n_batch) {
-            common_batch_clear(b);
+            bkv_tools::batch_clear(b);
             for (size_t i = i0; i < std::min(prompt.size(), i0 + n_batch); i++) {
-                common_batch_add(b, prompt[i], (llama_pos) i, {s}, i + 1 == prompt.size());
+                bkv_tools::batch_add(b, prompt[i], (llama_pos) i, {s}, i + 1 == prompt.size());
             }
             CHECK(llama_decode(c, b) == 0, "prompt decode failed for seq %d", s);
         }
@@ -353,9 +353,9 @@ bool run_multi(env & e, const std::string & spec, int n_seq, int n_gen, bool uni
             cell_list a = list_cells(c, 0), f = list_cells(c, n_seq - 1);
             CHECK(a.pos == f.pos, "fork: positions differ (%zu vs %zu)", a.pos.size(), f.pos.size());
         }
-        common_batch_clear(b);
+        bkv_tools::batch_clear(b);
         for (int s = 0; s < active; s++) {
-            common_batch_add(b, last[s], next_pos[s]++, {s}, true);
+            bkv_tools::batch_add(b, last[s], next_pos[s]++, {s}, true);
         }
         CHECK(llama_decode(c, b) == 0, "decode failed at step %d", step);
         n_decoded += active;
@@ -569,10 +569,10 @@ bool test_speculative(env & e) {
             draft.push_back(t);
         }
         // verify [last, d0..d(k-1)] in one target batch
-        common_batch_clear(b);
-        common_batch_add(b, last, pos, {0}, true);
+        bkv_tools::batch_clear(b);
+        bkv_tools::batch_add(b, last, pos, {0}, true);
         for (int i = 0; i < k; i++) {
-            common_batch_add(b, draft[i], pos + 1 + i, {0}, true);
+            bkv_tools::batch_add(b, draft[i], pos + 1 + i, {0}, true);
         }
         CHECK(llama_decode(tgt.get(), b) == 0, "target verify decode");
         int n_acc = 0;

@@ -321,9 +321,9 @@ bool run_rollback(env & e, bool rs, int budget, bool covers_all) {
     std::vector<int> hist(k + 1, 0), hist_evicted(k + 1, 0);
     uint32_t lcg = 12345;
     auto fill = [&](const std::vector<llama_token> & toks, llama_pos p0) {
-        common_batch_clear(batch);
+        bkv_tools::batch_clear(batch);
         for (size_t i = 0; i < toks.size(); i++) {
-            common_batch_add(batch, toks[i], p0 + (llama_pos) i, {0}, true);
+            bkv_tools::batch_add(batch, toks[i], p0 + (llama_pos) i, {0}, true);
         }
     };
     while (generated < n_gen) {
@@ -337,8 +337,8 @@ bool run_rollback(env & e, bool rs, int budget, bool covers_all) {
                   beaconkv_last_error(common_kv_compress_get(d.get())));
             llama_token t = last;
             for (int i = 0; i < k; i++) {
-                common_batch_clear(batch);
-                common_batch_add(batch, t, pos + i, {0}, true);
+                bkv_tools::batch_clear(batch);
+                bkv_tools::batch_add(batch, t, pos + i, {0}, true);
                 CHECK(llama_decode(d.get(), batch) == 0, "draft decode");
                 t = argmax(llama_get_logits_ith(d.get(), -1), e.n_vocab);
                 draft[i] = i == corrupt_at ? (t + 1) % e.n_vocab : t;
@@ -450,16 +450,16 @@ bool test_fork(env & e, bool unified) {
     auto prompt = prompt_tokens(e, 24);
     llama_batch b = llama_batch_init(64, 0, 2);
     std::unique_ptr<llama_batch, void (*)(llama_batch *)> guard(&b, [](llama_batch * bb) { llama_batch_free(*bb); });
-    common_batch_clear(b);
+    bkv_tools::batch_clear(b);
     for (size_t i = 0; i < prompt.size(); i++) {
-        common_batch_add(b, prompt[i], (llama_pos) i, {0}, i + 1 == prompt.size());
+        bkv_tools::batch_add(b, prompt[i], (llama_pos) i, {0}, i + 1 == prompt.size());
     }
     CHECK(llama_decode(c, b) == 0, "prompt");
     llama_pos pos = (llama_pos) prompt.size();
     llama_token t = argmax(llama_get_logits_ith(c, -1), e.n_vocab);
     for (int i = 0; i < 2 * budget; i++, pos++) {
-        common_batch_clear(b);
-        common_batch_add(b, t, pos, {0}, true);
+        bkv_tools::batch_clear(b);
+        bkv_tools::batch_add(b, t, pos, {0}, true);
         CHECK(llama_decode(c, b) == 0, "decode");
         t = argmax(llama_get_logits_ith(c, -1), e.n_vocab);
     }
@@ -474,9 +474,9 @@ bool test_fork(env & e, bool unified) {
     int same_pos_steps = 0, same_argmax = 0;
     const int n_same = 3 * budget;
     for (int i = 0; i < n_same; i++, pos++) {
-        common_batch_clear(b);
-        common_batch_add(b, t, pos, {0}, true);
-        common_batch_add(b, t, pos, {1}, true);
+        bkv_tools::batch_clear(b);
+        bkv_tools::batch_add(b, t, pos, {0}, true);
+        bkv_tools::batch_add(b, t, pos, {1}, true);
         CHECK(llama_decode(c, b) == 0, "decode (step %d)", i);
         const float * l0 = llama_get_logits_ith(c, 0);
         const float * l1 = llama_get_logits_ith(c, 1);
@@ -511,9 +511,9 @@ bool test_fork(env & e, bool unified) {
     // diverge
     llama_token u = (t + 7) % e.n_vocab;
     for (int i = 0; i < budget; i++, pos++) {
-        common_batch_clear(b);
-        common_batch_add(b, t, pos, {0}, true);
-        common_batch_add(b, u, pos, {1}, true);
+        bkv_tools::batch_clear(b);
+        bkv_tools::batch_add(b, t, pos, {0}, true);
+        bkv_tools::batch_add(b, u, pos, {1}, true);
         CHECK(llama_decode(c, b) == 0, "decode (diverged, step %d)", i);
         t = argmax(llama_get_logits_ith(c, 0), e.n_vocab);
         u = argmax(llama_get_logits_ith(c, 1), e.n_vocab);
@@ -527,8 +527,8 @@ bool test_fork(env & e, bool unified) {
     CHECK(attn_positions(c, 0) == keep && recurrent_state(c, 0) == keep_rec, "removing the fork changed seq 0");
     const beaconkv_stats s1_after = stats_of(c, 1);
     CHECK(s1_after.cells_in_use == 0 && s1_after.n_tokens == 0, "plugin kept state of the removed fork");
-    common_batch_clear(b);
-    common_batch_add(b, t, pos, {0}, true);
+    bkv_tools::batch_clear(b);
+    bkv_tools::batch_add(b, t, pos, {0}, true);
     CHECK(llama_decode(c, b) == 0, "seq 0 cannot continue after the fork was removed");
     printf("fork %s: %d steps on the same tokens: same kept positions in %d, same top-1 in %d, logits max relative diff "
            "%g; %llu / %llu compression passes\n",
@@ -539,8 +539,8 @@ bool test_fork(env & e, bool unified) {
 
 // 6. A layout the plugin refuses (hybrid iSWA without a global attention layer, recurrent-only):
 //    through common_init_from_params, as every tool: exactly one libllama warning naming the
-//    reason, no plugin, a full-size cache (the context is recreated), and greedy output
-//    bit-identical to a context made without the plugin (same batch sizes), for 8x the budget.
+//    reason, no plugin, a full-size cache (the context is recreated with the user's batch sizes),
+//    and greedy output bit-identical to a context made without the plugin, for 8x the budget.
 bool test_refused(env & e) {
     common_params p = e.params;
     p.n_ctx = 4096;
@@ -566,15 +566,12 @@ bool test_refused(env & e) {
     CHECK(common_kv_compress_get(ctx) == nullptr && llama_kv_plugin_n_layers(ctx) == 0, "a plugin is attached");
     CHECK(llama_n_ctx(ctx) >= 4096, "n_ctx %u", llama_n_ctx(ctx));
 
-    // common_kv_compress_adjust already clamped n_batch/n_ubatch for the budget (and turned context
-    // shift off) before the attach was refused; the recreated context keeps those batch sizes, so
-    // the reference is a plain context with the same ones
-    if (p.n_batch != e.params.n_batch || p.n_ubatch != e.params.n_ubatch) {
-        printf("note: the refused context keeps n_batch %d / n_ubatch %d (without --kv flags: %d / %d)\n", p.n_batch,
-               p.n_ubatch, e.params.n_batch, e.params.n_ubatch);
-    }
-    e.params.n_batch = p.n_batch;
-    e.params.n_ubatch = p.n_ubatch;
+    // common_kv_compress_init_context recreated the context with the user's batch sizes and context
+    // shift, which common_kv_compress_adjust had clamped for the budget before the attach was refused
+    CHECK(p.n_batch == e.params.n_batch && p.n_ubatch == e.params.n_ubatch,
+          "the refused context kept n_batch %d / n_ubatch %d (without --kv flags: %d / %d)", p.n_batch, p.n_ubatch,
+          e.params.n_batch, e.params.n_ubatch);
+    CHECK(p.ctx_shift == e.params.ctx_shift, "context shift was not restored");
     ctx_ptr plain = make_ctx(e, "", 4096);
     CHECK(plain, "context creation failed");
     auto prompt = prompt_tokens(e, 24);

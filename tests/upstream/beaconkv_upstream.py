@@ -52,7 +52,7 @@ DOWNLOAD_MAP = {
 
 # ---------------------------------------------------------------- skips
 
-# (regex on the pytest node id, reason). Applied at collection; listed in docs/upstream-suite.md.
+# (regex on the pytest node id, reason). Applied at collection; listed in docs/testing.md.
 SKIP = [
     # whole files
     (r"^unit/test_embedding\.py", "embedding model (bert-bge-small) not available offline"),
@@ -79,7 +79,7 @@ SKIP = [
 ]
 
 # extra skips, one "regex<TAB>reason" a line (tests/upstream/skip-model-specific.tsv: expectations that
-# only stories260K meets; see docs/upstream-suite.md)
+# only stories260K meets; see docs/testing.md)
 _extra = os.path.join(os.path.dirname(os.path.abspath(__file__)), "skip-model-specific.tsv")
 if os.environ.get("BKV_SKIP_MODEL_SPECIFIC", "1") == "1" and os.path.exists(_extra):
     with open(_extra) as f:

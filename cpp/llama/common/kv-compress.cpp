@@ -1,0 +1,273 @@
+#include "kv-compress.h"
+
+#include "arg.h"
+#include "common.h"
+#include "log.h"
+#include "llama-kv-plugin.h"
+#include "speculative.h"
+
+#include "beaconkv.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <stdexcept>
+
+// libllama's host table and beaconkv's are one layout, and so are the plugin tables and the layer
+// descriptions: the glue hands each table over as it is. Checked here, field by field.
+#define KVC_SAME(A, B, F) static_assert(offsetof(A, F) == offsetof(B, F), #A "::" #F " != " #B "::" #F)
+static_assert(sizeof(llama_kv_plugin_host) == sizeof(beaconkv_host), "host tables differ");
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, user);        KVC_SAME(llama_kv_plugin_host, beaconkv_host, n_layers);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, get_layer);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_cells);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_evict);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, synchronize);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, read_rows);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, log);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, read_kv);     KVC_SAME(llama_kv_plugin_host, beaconkv_host, write_kv);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_place);
+static_assert(sizeof(llama_kv_plugin) == sizeof(beaconkv_plugin), "plugin tables differ");
+KVC_SAME(llama_kv_plugin, beaconkv_plugin, ud);             KVC_SAME(llama_kv_plugin, beaconkv_plugin, q_capacity);
+KVC_SAME(llama_kv_plugin, beaconkv_plugin, before_batch);   KVC_SAME(llama_kv_plugin, beaconkv_plugin, after_ubatch);
+KVC_SAME(llama_kv_plugin, beaconkv_plugin, after_decode);   KVC_SAME(llama_kv_plugin, beaconkv_plugin, seq_removed);
+KVC_SAME(llama_kv_plugin, beaconkv_plugin, seq_copied);     KVC_SAME(llama_kv_plugin, beaconkv_plugin, state_get);
+KVC_SAME(llama_kv_plugin, beaconkv_plugin, state_set);      KVC_SAME(llama_kv_plugin, beaconkv_plugin, free);
+static_assert(sizeof(llama_kv_plugin_layer) == sizeof(beaconkv_layer), "layer descriptions differ");
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_on_host);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_on_host);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, rope_n_dims); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, freq_factors);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, hadamard_n); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, kv_bytes_per_cell);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, v_type);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, v_dim);
+
+// the effective params of the spec (validated at startup, so parsing cannot fail later)
+static beaconkv_params kvc_params(const common_params & params) {
+    beaconkv_params bp = beaconkv_params_default();
+    if (!params.kv_compress_spec.empty()) {
+        beaconkv_params_parse(params.kv_compress_spec.c_str(), &bp, nullptr, 0);
+    }
+    return bp;
+}
+
+void common_kv_compress_append(common_params & params, const char * flag, const std::string & kv) {
+    char err[512] = { 0 };
+    if (beaconkv_check_flag_value(flag, kv.c_str(), err, sizeof(err)) != BEACONKV_OK) {
+        throw std::invalid_argument(err[0] ? err : flag);
+    }
+    params.kv_compress_spec = params.kv_compress_spec.empty() ? kv : params.kv_compress_spec + "," + kv;
+}
+
+void common_kv_compress_validate(const common_params & params) {
+    char err[512] = { 0 };
+    if (common_kv_compress_enabled(params) && beaconkv_spec_check(params.kv_compress_spec.c_str(), err, sizeof(err)) != BEACONKV_OK) {
+        throw std::invalid_argument(std::string(err) + " (spec: " + params.kv_compress_spec + ")");
+    }
+}
+
+bool common_kv_compress_enabled(const common_params & params) {
+    return !params.kv_compress_spec.empty();
+}
+
+common_kv_compress_user common_kv_compress_adjust(common_params & params) {
+    const common_kv_compress_user user = { params.n_batch, params.n_ubatch, params.ctx_shift };
+    const beaconkv_params bp = kvc_params(params);
+    int32_t max_ubatch = common_kv_compress_enabled(params) ? beaconkv_max_ubatch(&bp) : 0;
+    if (max_ubatch <= 0) {
+        return user; // off, or policy none: nothing is evicted
+    }
+    // a speculative verification batch (the sampled token + the drafts) must fit in one batch
+    max_ubatch = std::max(max_ubatch, common_speculative_n_max(&params.speculative) + 1);
+    if (params.ctx_shift) {
+        LOG_WRN("%s: KV compression is on: disabling context shift\n", __func__);
+        params.ctx_shift = false;
+    }
+    if (params.n_ubatch > max_ubatch) {
+        LOG_WRN("%s: KV compression is on: n_ubatch %d -> %d, so a ubatch fits in the physical cache's slack\n",
+                __func__, params.n_ubatch, max_ubatch);
+        params.n_ubatch = max_ubatch;
+    }
+    if (params.n_batch > params.n_ubatch) {
+        // every token of one llama_decode call is placed before any is computed
+        LOG_WRN("%s: KV compression is on: n_batch %d -> %d (= n_ubatch)\n", __func__, params.n_batch, params.n_ubatch);
+        params.n_batch = params.n_ubatch;
+    }
+    return user;
+}
+
+uint32_t common_kv_compress_cells(const common_params & params, const llama_model * model) {
+    if (!common_kv_compress_enabled(params)) {
+        return 0;
+    }
+    const beaconkv_params bp = kvc_params(params);
+    const uint32_t n_ctx = params.n_ctx > 0 ? (uint32_t) params.n_ctx : (model ? llama_model_n_ctx_train(model) : 0);
+    return beaconkv_physical_cells(&bp, std::max(1, params.n_parallel), params.n_ubatch, params.kv_unified, n_ctx,
+                                   params.kv_cells);
+}
+
+bool common_kv_compress_attach(llama_context * ctx, const common_params & params) {
+    if (!ctx || !common_kv_compress_enabled(params)) {
+        return false;
+    }
+    const beaconkv_params bp = kvc_params(params);
+
+    const llama_kv_plugin_host lhost = llama_kv_plugin_get_host(ctx);
+    beaconkv_host host;
+    std::memcpy(&host, &lhost, sizeof(host));
+
+    char err[512] = { 0 };
+    beaconkv_context * bkv = beaconkv_context_new(&bp, &host, err, sizeof(err));
+    if (!bkv) {
+        LOG_WRN("%s: beaconkv_context_new failed: %s\n", __func__, err[0] ? err : "unknown error");
+        return false;
+    }
+
+    beaconkv_plugin bplugin;
+    beaconkv_context_plugin(bkv, &bplugin);
+    llama_kv_plugin plugin;
+    std::memcpy(&plugin, &bplugin, sizeof(plugin));
+    if (llama_kv_plugin_attach(ctx, &plugin) != 0) {
+        beaconkv_context_free(bkv); // libllama logged why; it did not take ownership
+        return false;
+    }
+
+    char spec[512] = { 0 };
+    beaconkv_params_format(&bp, spec, sizeof(spec));
+    LOG_INF("%s: KV compression on (beaconkv %s): %s\n", __func__, beaconkv_version(), spec);
+    LOG_INF("%s: per sequence: logical context %u tokens, at most %d cells kept; physical cells per stream: %u\n",
+            __func__, llama_n_ctx_seq(ctx), bp.policy == BEACONKV_POLICY_NONE ? (int32_t) llama_n_ctx_seq(ctx) : bp.budget,
+            llama_kv_plugin_n_cells(ctx));
+    return true;
+}
+
+beaconkv_context * common_kv_compress_get(const llama_context * ctx) {
+    return (beaconkv_context *) llama_kv_plugin_get_ud(ctx);
+}
+
+bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_kv_compress_info & out) {
+    beaconkv_context * bkv = common_kv_compress_get(ctx);
+    if (!bkv) {
+        return false;
+    }
+    beaconkv_stats st = {};
+    beaconkv_get_stats(bkv, seq, &st);
+    beaconkv_params bp = {};
+    beaconkv_context_params(bkv, &bp);
+
+    out = {};
+    out.policy          = beaconkv_policy_name(bp.policy);
+    out.budget          = bp.budget;
+    out.cells_in_use    = seq >= 0 ? llama_kv_plugin_seq_cells(ctx, seq, nullptr, nullptr, 0, nullptr) : st.cells_in_use;
+    out.cells_peak      = st.cells_peak;
+    out.cells_physical  = llama_kv_plugin_n_cells(ctx);
+    out.evicted         = st.evicted;
+    out.compress_events = st.compress_events;
+    out.archived        = st.archived;
+    out.recalled        = st.recalled;
+    out.archive_bytes   = st.archive_bytes;
+    out.plugin_ms       = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
+    out.active          = beaconkv_is_enabled(bkv);
+    return true;
+}
+
+std::string common_kv_compress_spec(llama_context * ctx) {
+    beaconkv_context * bkv = common_kv_compress_get(ctx);
+    beaconkv_params bp = {};
+    if (!bkv || beaconkv_context_params(bkv, &bp) != BEACONKV_OK) {
+        return "";
+    }
+    char buf[512] = { 0 };
+    beaconkv_params_format(&bp, buf, sizeof(buf));
+    return buf;
+}
+
+void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt) {
+    // every flag appends key=value to params.kv_compress_spec and validates it
+    add_opt(common_arg(
+        {"--kv-compress"}, "POLICY",
+        "KV-cache compression policy: none|beacon|recent|streaming|random (default: off; any other --kv-* flag but --kv-cells turns it on with policy beacon)",
+        [](common_params & params, const std::string & value) {
+            common_kv_compress_append(params, "--kv-compress", "policy=" + value);
+        }
+    ).set_env("LLAMA_ARG_KV_COMPRESS"));
+    add_opt(common_arg(
+        {"--kv-budget"}, "N",
+        "KV compression: max cells one sequence keeps (prefix + scored middle + window)",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-budget", "budget=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_BUDGET"));
+    add_opt(common_arg(
+        {"--kv-beacons"}, "N",
+        "KV compression: beacon queries per layer and head (policy beacon)",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-beacons", "beacons=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_BEACONS"));
+    add_opt(common_arg(
+        {"--kv-recent"}, "N",
+        "KV compression: most recent queries used for scoring",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-recent", "recent=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_RECENT"));
+    add_opt(common_arg(
+        {"--kv-window"}, "N",
+        "KV compression: newest cells always kept",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-window", "window=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_WINDOW"));
+    add_opt(common_arg(
+        {"--kv-prefix"}, "N|prompt",
+        "KV compression: protected first cells, or 'prompt' for the whole prompt",
+        [](common_params & params, const std::string & value) {
+            common_kv_compress_append(params, "--kv-prefix", "prefix=" + value);
+        }
+    ).set_env("LLAMA_ARG_KV_PREFIX"));
+    add_opt(common_arg(
+        {"--kv-archive"}, "N",
+        "KV compression: evicted cells kept per sequence in a host-memory archive and recalled when the newest tokens repeat an earlier passage (0 = off)",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-archive", "archive=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_ARCHIVE"));
+    add_opt(common_arg(
+        {"--kv-compress-spec"}, "SPEC",
+        "KV compression: settings as \"key=value,...\" (policy, budget, min, beacons, recent, window, prefix, prefix_max, reduce, span, score, read, qcap, seed, archive, archive_type, page, recall_every, recall_margin, recall_match; see beaconkv.h)",
+        [](common_params & params, const std::string & value) {
+            common_kv_compress_append(params, "--kv-compress-spec", value);
+        }
+    ).set_env("LLAMA_ARG_KV_COMPRESS_SPEC"));
+    add_opt(common_arg(
+        {"--kv-cells"}, "N",
+        "KV compression: physical KV cells to allocate (all sequences together; 0 = auto from the budget, n_ubatch, -np and --kv-unified)",
+        [](common_params & params, int value) {
+            if (value < 0) {
+                throw std::invalid_argument("--kv-cells: must be >= 0");
+            }
+            params.kv_cells = value;
+        }
+    ).set_env("LLAMA_ARG_KV_CELLS"));
+}
+
+llama_context * common_kv_compress_init_context(llama_model * model, llama_context_params & cparams, common_params & params,
+                                                const common_kv_compress_user & user) {
+    // the cache holds n_ctx_cells physical cells, n_ctx stays the logical context (set only here, where the plugin
+    // is attached: other contexts made from these params, e.g. draft contexts, keep a full-size cache)
+    cparams.n_ctx_cells = common_kv_compress_cells(params, model); // n_ctx = 0: capped by n_ctx_train
+
+    llama_context * lctx = llama_init_from_model(model, cparams);
+    if (lctx == nullptr || !common_kv_compress_enabled(params) || common_kv_compress_attach(lctx, params)) {
+        return lctx;
+    }
+
+    params.ctx_shift = user.ctx_shift;
+    if (cparams.n_ctx_cells == 0) {
+        LOG_WRN("%s: KV compression could not be attached: running with the uncompressed KV cache\n", __func__);
+        return lctx;
+    }
+
+    // the cache was sized for the budget: without eviction it must hold the whole logical context
+    LOG_WRN("%s: KV compression could not be attached: recreating the context with the full, uncompressed KV cache\n", __func__);
+    llama_free(lctx);
+    cparams.n_ctx_cells = 0;
+    cparams.n_batch  = params.n_batch  = user.n_batch;
+    cparams.n_ubatch = params.n_ubatch = user.n_ubatch;
+    return llama_init_from_model(model, cparams);
+}

@@ -1,0 +1,98 @@
+#pragma once
+
+// internal side of the KV plugin host (see include/llama-kv-plugin.h)
+
+#include "llama-kv-plugin.h"
+#include "llama-cparams.h"
+#include "llama-hparams.h"
+
+#include "ggml.h"
+#include "ggml-cpp.h"
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+struct llama_context;
+struct llama_ubatch;
+struct llm_graph_context;
+struct llama_memory_i;
+class  llama_kv_cache;
+
+struct llama_kv_plugin_state {
+    struct layer {
+        int32_t il = -1;
+
+        ggml_tensor * q_store = nullptr; // F32 [n_embd_head_k*n_head, q_capacity + 1], last row = trash
+
+        // recorded from the graph (first build that contains the layer)
+        bool    rope_recorded = false;
+        int32_t rope_n_dims   = 0;
+        int32_t rope_mode     = 0;
+        int32_t rope_n_ctx_orig = 0;
+        float   rope_f[6]     = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f }; // freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow
+        std::vector<float> freq_factors;
+        int32_t hadamard_n    = 0;
+    };
+
+    llama_kv_plugin_state(llama_context * lctx, const llama_kv_plugin & plugin);
+    ~llama_kv_plugin_state();
+
+    llama_context  * lctx  = nullptr;
+    llama_kv_plugin  plugin;
+
+    llama_memory_i * mem = nullptr; // the context's memory (registered for seq_rm/seq_cp notifications)
+    llama_kv_cache * kv  = nullptr; // the evictable attention cache
+    bool protect_last    = false;   // hybrid: never evict the newest cell of a sequence
+
+    uint64_t generation = 0;        // unique per attach (graph inputs compare it for reuse)
+
+    std::vector<layer> layers;
+    std::unordered_map<int32_t, int32_t> il_to_layer;
+
+    std::vector<std::pair<ggml_context_ptr, ggml_backend_buffer_ptr>> ctxs_bufs;
+
+    bool warned_hook  = false;
+    bool warned_shift = false;
+
+    std::vector<std::pair<llama_pos, uint32_t>> list_buf; // llama_kv_plugin_seq_cells scratch
+};
+
+// token i of a ubatch of n_tokens -> its row in the query store, or -1 (not captured)
+// n_tokens <= q_capacity: row i; else tokens are sampled evenly over the ubatch
+void llama_kv_plugin_q_rows(int32_t n_tokens, int32_t q_capacity, int32_t * rows);
+
+// graph side (llm_graph_context::build_attn): capture q_cur (post-RoPE, before the Hadamard rotation) of layer il
+// k_rot: the Hadamard matrix input the graph applies to this layer's Q/K (nullptr if none)
+void llama_kv_plugin_capture(const llm_graph_context & gctx, ggml_tensor * q_cur, const ggml_tensor * k_rot, int il);
+
+// the memory's view of the context parameters: n_ctx_cells physical cells (when set) instead of the logical n_ctx
+llama_cparams llama_kv_plugin_memory_cparams(const llama_context_params & params, const llama_cparams & cparams, const llama_hparams & hparams);
+
+// a batch found no memory slot: with the cache sized for the budget, name the flags that give it room
+void llama_kv_plugin_warn_no_slot(const llama_kv_plugin_state * st, int32_t n_tokens, uint32_t n_ctx_seq);
+
+// physical cells per stream of the evictable cache
+uint32_t llama_kv_plugin_n_cells(const llama_kv_plugin_state * st);
+
+// decode hooks (llama_context::decode)
+int32_t llama_kv_plugin_before_batch(llama_kv_plugin_state * st, const llama_batch & batch);
+int32_t llama_kv_plugin_after_ubatch(llama_kv_plugin_state * st, const llama_ubatch & ubatch);
+int32_t llama_kv_plugin_after_decode(llama_kv_plugin_state * st);
+
+class llama_io_write_i;
+class llama_io_read_i;
+
+// sequence state (llama_context::state_seq_*): a tagged block with the plugin's state of seq
+void llama_kv_plugin_state_write(llama_kv_plugin_state * st, llama_io_write_i & io, llama_seq_id seq);
+void llama_kv_plugin_state_read (llama_kv_plugin_state * st, llama_io_read_i  & io, llama_seq_id seq);
+
+// whether a plugin is attached to mem (then positions must not be shifted)
+bool llama_kv_plugin_attached(const llama_memory_i * mem);
+
+// memory notifications from the public llama_memory_* API (no-op unless a plugin is registered for mem)
+void llama_kv_plugin_notify_seq_shift(const llama_memory_i * mem, llama_seq_id seq);
+void llama_kv_plugin_notify_seq_keep(const llama_memory_i * mem, llama_seq_id seq);
+void llama_kv_plugin_notify_seq_rm(const llama_memory_i * mem, llama_seq_id seq, llama_pos p0, llama_pos p1);
+void llama_kv_plugin_notify_seq_cp(const llama_memory_i * mem, llama_seq_id src, llama_seq_id dst, llama_pos p0, llama_pos p1);
