@@ -24,7 +24,7 @@ TINY := build/models/tiny.gguf
 PREFIX ?= /usr/local
 
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
-DEMO_FLAGS ?= -n 1024 --temp 0.7 --seed 7
+DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
 .PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server bench bench-tasks lint install clean check-upstream
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# README's first command (`make demo`): a compressed generation with the real llama-completion, then the
-# same generation with the full KV cache, and what compression saved.
+# README's first command (`make demo`): a long compressed generation with the real llama-completion, then
+# the same generation with the full KV cache, and what compression saved: the start of the text, then a
+# table of KV memory, cells and decode speed, and one sentence on what it means.
 #
 #   scripts/demo.sh MODEL PROMPT [llama-completion flags...]     (BUDGET=256 by default)
 set -euo pipefail
@@ -19,10 +20,12 @@ run() {  # run NAME [extra flags]: generation to stdout, llama.cpp's log to $OUT
         2> "$OUT/$name.log" < /dev/null
 }
 
-echo "== llama-completion --kv-compress beacon --kv-budget $BUDGET =="
-run beacon "$@" --kv-compress beacon --kv-budget "$BUDGET"
+echo "== llama-completion --kv-compress beacon --kv-budget $BUDGET (the start of the text; all of it in build/demo/beacon.txt) =="
+run beacon "$@" --kv-compress beacon --kv-budget "$BUDGET" > "$OUT/beacon.txt"
+head -c 700 "$OUT/beacon.txt" | fold -s -w 100
+echo " [...]"
 echo
-echo "== the same generation with the full KV cache (log only) =="
+echo "== the same generation with the full KV cache (build/demo/full.txt) =="
 run full "$@" > "$OUT/full.txt"
 
 python3 - "$OUT/beacon.log" "$OUT/full.log" "$BUDGET" <<'PY'
@@ -50,4 +53,9 @@ if s:
     print(f"evicted {s.group(2)} cells in {s.group(3)} compression passes; plugin time {float(s.group(4)):.0f} ms")
 print(f"KV memory saved: {f['kv_mib'] - b['kv_mib']:.1f} MiB ({f['kv_mib'] / max(b['kv_mib'], 1e-9):.1f}x less); "
       f"logs in build/demo/")
+speed = b["tok_s"] / max(f["tok_s"], 1e-9)
+pace = (f"decoded {speed:.1f}x as fast as" if speed >= 1.05 else
+        "decoded as fast as" if speed > 0.95 else f"decoded at {speed:.2f}x the speed of")
+print(f"\nOver {b['tokens']} tokens the compressed cache stayed at {b['cells']} cells ({b['kv_mib']:.1f} MiB) and {pace} "
+      f"the full cache, whose every token attends to all the text before it.")
 PY
