@@ -107,4 +107,4 @@ clean:
 # scripts/gpu-check.sh's GPU run, rehearsed on the CPU from a pack in build/gpu-check-dry/ (docs/gpu.md)
 .PHONY: gpu-check-dry-run
 gpu-check-dry-run:
-	nice -n 19 scripts/gpu-check.sh dry-run
+	GPU_CHECK_JOBS=$(JOBS) nice -n 19 scripts/gpu-check.sh dry-run
