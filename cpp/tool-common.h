@@ -20,6 +20,7 @@ inline void batch_clear(llama_batch & batch) {
 
 inline void batch_add(llama_batch & batch, llama_token id, llama_pos pos, const std::vector<llama_seq_id> & seq_ids, bool logits) {
     const int32_t i = batch.n_tokens;
+    GGML_ASSERT(batch.seq_id[i] && "llama_batch size exceeded"); // llama_batch_init ends seq_id with NULL
     batch.token   [i] = id;
     batch.pos     [i] = pos;
     batch.n_seq_id[i] = (int32_t) seq_ids.size();

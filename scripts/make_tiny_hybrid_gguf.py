@@ -158,6 +158,18 @@ def gated_attention_layer(b: Builder, p: str) -> None:
     b.t(p + "attn_k_norm.weight", HEAD_DIM, ones=True)
 
 
+def moe_ffn_layer(b: Builder, p: str, n_expert: int, n_ff_exp: int, n_ff_shexp: int) -> None:
+    """Routed experts plus a gated shared expert (Qwen3-Next, Qwen4exp)."""
+    b.t(p + "ffn_gate_inp.weight", n_expert, N_EMBD)
+    b.t(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, N_EMBD)
+    b.t(p + "ffn_up_exps.weight", n_expert, n_ff_exp, N_EMBD)
+    b.t(p + "ffn_down_exps.weight", n_expert, N_EMBD, n_ff_exp)
+    b.t(p + "ffn_gate_inp_shexp.weight", N_EMBD)
+    b.t(p + "ffn_gate_shexp.weight", n_ff_shexp, N_EMBD)
+    b.t(p + "ffn_up_shexp.weight", n_ff_shexp, N_EMBD)
+    b.t(p + "ffn_down_shexp.weight", N_EMBD, n_ff_shexp)
+
+
 def make_qwen35(b: Builder, n_layer: int) -> None:
     interval = 4
     b.common(n_layer)
@@ -209,14 +221,7 @@ def make_qwen3next(b: Builder, n_layer: int) -> None:
             gated_delta_net_layer(b, p, h, qwen3next=True)
         else:
             gated_attention_layer(b, p)
-        b.t(p + "ffn_gate_inp.weight", n_expert, N_EMBD)
-        b.t(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, N_EMBD)
-        b.t(p + "ffn_up_exps.weight", n_expert, n_ff_exp, N_EMBD)
-        b.t(p + "ffn_down_exps.weight", n_expert, N_EMBD, n_ff_exp)
-        b.t(p + "ffn_gate_inp_shexp.weight", N_EMBD)
-        b.t(p + "ffn_gate_shexp.weight", n_ff_shexp, N_EMBD)
-        b.t(p + "ffn_up_shexp.weight", n_ff_shexp, N_EMBD)
-        b.t(p + "ffn_down_shexp.weight", N_EMBD, n_ff_shexp)
+        moe_ffn_layer(b, p, n_expert, n_ff_exp, n_ff_shexp)
     b.t("output_norm.weight", N_EMBD, ones=True)
     b.t("output.weight", b.n_vocab, N_EMBD)
 
@@ -338,14 +343,7 @@ def make_qwen4exp(b: Builder, n_layer: int) -> None:
             b.t(p + "indexer.k_norm.weight", idx_dim, ones=True)
         else:
             gated_delta_net_layer(b, p, h, qwen3next=False)
-        b.t(p + "ffn_gate_inp.weight", n_expert, N_EMBD)
-        b.t(p + "ffn_gate_exps.weight", n_expert, n_ff_exp, N_EMBD)
-        b.t(p + "ffn_up_exps.weight", n_expert, n_ff_exp, N_EMBD)
-        b.t(p + "ffn_down_exps.weight", n_expert, N_EMBD, n_ff_exp)
-        b.t(p + "ffn_gate_inp_shexp.weight", N_EMBD)
-        b.t(p + "ffn_gate_shexp.weight", n_ff_shexp, N_EMBD)
-        b.t(p + "ffn_up_shexp.weight", n_ff_shexp, N_EMBD)
-        b.t(p + "ffn_down_shexp.weight", N_EMBD, n_ff_shexp)
+        moe_ffn_layer(b, p, n_expert, n_ff_exp, n_ff_shexp)
     b.t("output.weight", b.n_vocab, N_EMBD)
 
 
