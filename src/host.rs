@@ -141,8 +141,8 @@ pub struct HostPtr(pub *const u8);
 unsafe impl Send for HostPtr {}
 unsafe impl Sync for HostPtr {}
 
-use crate::ggml_types::GgmlType;
-use crate::rope::Rope;
+use crate::ggml::rope::Rope;
+use crate::ggml::types::GgmlType;
 
 /// A layer the engine can score: a validated `RawLayer`.
 #[derive(Clone, Debug)]

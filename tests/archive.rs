@@ -643,7 +643,7 @@ fn a_failing_write_kv_drops_the_placed_cells_and_turns_the_archive_off() {
 fn page_bounds_never_underestimate_exact_logits() {
     use beaconkv::host::LayerDesc;
     use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
-    use beaconkv::scorer::{for_policy, ExtraKeys, ScoreCtx, ScoreRows};
+    use beaconkv::scoring::{for_policy, ExtraKeys, ScoreCtx, ScoreRows};
 
     const HEADS: usize = 4;
     const KV: usize = 2;

@@ -5,8 +5,8 @@ mod common;
 
 use beaconkv::config::Params;
 use beaconkv::engine::{Engine, EngineError};
-use beaconkv::hadamard::hadamard_inplace;
-use beaconkv::rope::{Rope, RopeMode};
+use beaconkv::ggml::hadamard::hadamard_inplace;
+use beaconkv::ggml::rope::{Rope, RopeMode};
 use common::{FakeHost, Lcg};
 use half::f16;
 

@@ -9,9 +9,9 @@
 
 mod common_e2e;
 
-use beaconkv::ggml_types::GgmlType;
-use beaconkv::kread::dequantize_row;
-use beaconkv::rope::Rope;
+use beaconkv::ggml::dequant::dequantize_row;
+use beaconkv::ggml::rope::Rope;
+use beaconkv::ggml::types::GgmlType;
 use common_e2e::*;
 use serde_json::Value;
 use std::process::Command;

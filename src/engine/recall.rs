@@ -25,9 +25,9 @@ use std::time::Instant;
 use super::{Engine, EngineError, Phase, Scoring};
 use crate::archive::{ArchiveScratch, LayerFormat, Layout, RawRows, RecallRows};
 use crate::host::{Host, LOG_WARN};
-use crate::reduce::span_pool;
-use crate::scorer::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows, Scorer};
-use crate::select::select_evictions;
+use crate::scoring::reduce::span_pool;
+use crate::scoring::select::select_evictions;
+use crate::scoring::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows, Scorer};
 
 /// Per-sequence recall state.
 #[derive(Clone, Debug, Default)]

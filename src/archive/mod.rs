@@ -14,13 +14,15 @@
 //! quantise on the way in (a layer whose row is not whole blocks, or whose cache type is already
 //! as small, keeps the cache's bytes).
 
+pub mod tokens;
+
 use std::collections::BTreeMap;
 
 use crate::config::ArchiveType;
-use crate::ggml_types::GgmlType;
-use crate::kread::dequantize_row;
-use crate::quant::{quantize_q4_0, quantize_q8_0};
-use crate::state::{ReadResult, Reader, Writer};
+use crate::ggml::dequant::dequantize_row;
+use crate::ggml::quant::{quantize_q4_0, quantize_q8_0};
+use crate::ggml::types::GgmlType;
+use crate::persist::{ReadResult, Reader, Writer};
 
 /// How one layer's rows are stored.
 #[derive(Clone, Debug, PartialEq, Eq)]

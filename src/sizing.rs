@@ -2,7 +2,7 @@
 //! allocate for a budget.
 
 use crate::config::{Params, Policy};
-use crate::ggml_types::GgmlType;
+use crate::ggml::types::GgmlType;
 
 /// The shape facts of a model's KV cache that determine its size.
 #[derive(Clone, Copy, Debug)]

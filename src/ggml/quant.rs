@@ -39,8 +39,8 @@ pub fn quantize_q4_0(src: &[f32], dst: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml_types::GgmlType;
-    use crate::kread::dequantize_row;
+    use crate::ggml::dequant::dequantize_row;
+    use crate::ggml::types::GgmlType;
 
     fn wave(n: usize) -> Vec<f32> {
         (0..n)

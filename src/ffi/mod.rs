@@ -23,9 +23,9 @@ use parking_lot::Mutex;
 
 use crate::config::{flag_for_key, ArchiveType, ConfigError, Params, Policy, Prefix, Reduce};
 use crate::engine::{Engine, EngineError};
-use crate::ggml_types::{self, GgmlType};
+use crate::ggml::types::{self as ggml_types, GgmlType};
 use crate::host::{Host, RawLayer};
-use crate::memory::{kv_bytes_per_token, max_slack, physical_cells, ModelDesc};
+use crate::sizing::{kv_bytes_per_token, max_slack, physical_cells, ModelDesc};
 
 pub const BEACONKV_OK: i32 = 0;
 pub const BEACONKV_ERR_NULL: i32 = -1;

@@ -4,7 +4,7 @@
 //! per-head opinions are combined is a quality lever (see docs/design.md).
 
 use crate::config::Reduce;
-use crate::scorer::{fold_column_max, ScoreRows};
+use crate::scoring::{fold_column_max, ScoreRows};
 
 /// Scratch reused between passes.
 #[derive(Debug, Default)]

@@ -116,7 +116,7 @@ impl Rope {
     pub fn rotate_with(&self, x: &mut [f32], rotation: &[[f32; 2]]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::simd::has_fma() {
+            if crate::kernels::has_fma() {
                 // SAFETY: the CPU has FMA (checked above).
                 return unsafe { self.rotate_with_fma(x, rotation) };
             }
@@ -144,7 +144,7 @@ impl Rope {
     pub fn unrotate_with(&self, x: &mut [f32], inverse: &[[f64; 2]]) {
         #[cfg(target_arch = "x86_64")]
         {
-            if crate::simd::has_avx2_fma() {
+            if crate::kernels::has_avx2_fma() {
                 // SAFETY: the CPU has AVX2 and FMA (checked above).
                 return unsafe { self.unrotate_with_avx2(x, inverse) };
             }

@@ -11,8 +11,10 @@
 //! Storage is one flat `Vec<f32>` per layer laid out `[head][slot][dim]`, so scoring reads each
 //! head's queries contiguously.
 
-use crate::fps::{farthest_point_sampling_in, FpsScratch};
-use crate::state::{ReadResult, Reader, Writer};
+pub mod fps;
+
+use crate::persist::{ReadResult, Reader, Writer};
+use crate::queries::fps::{farthest_point_sampling_in, FpsScratch};
 
 /// Buffers of a beacon refresh, shared by every store of a context (one refresh runs at a
 /// time) so that a warm store never allocates.
@@ -343,10 +345,11 @@ mod tests {
                 .iter()
                 .flat_map(|r| r[h * d..(h + 1) * d].to_vec())
                 .collect();
-            let mut want: Vec<Vec<f32>> = crate::fps::farthest_point_sampling(&head, 10, d, 4)
-                .iter()
-                .map(|&i| head[i * d..(i + 1) * d].to_vec())
-                .collect();
+            let mut want: Vec<Vec<f32>> =
+                crate::queries::fps::farthest_point_sampling(&head, 10, d, 4)
+                    .iter()
+                    .map(|&i| head[i * d..(i + 1) * d].to_vec())
+                    .collect();
             let mut got: Vec<Vec<f32>> = l.beacons(h).chunks(d).map(|c| c.to_vec()).collect();
             want.sort_by(|a, b| a.partial_cmp(b).unwrap());
             got.sort_by(|a, b| a.partial_cmp(b).unwrap());

@@ -21,16 +21,16 @@ use std::time::Instant;
 
 use crate::archive::{Layout, SeqArchive};
 
+use crate::archive::tokens::TokenTrail;
 use crate::config::{Params, Policy, Prefix, Reduce};
+use crate::ggml::rope::RotationMemo;
 use crate::host::{Host, LayerDesc, RawLayer, LOG_ERROR, LOG_WARN};
+use crate::persist::{Reader, Writer};
 use crate::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
-use crate::reduce::{reduce, ReduceScratch};
-use crate::rope::RotationMemo;
-use crate::scorer::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer};
-use crate::select::SelectScratch;
-use crate::state::{Reader, Writer};
+use crate::scoring::reduce::{reduce, ReduceScratch};
+use crate::scoring::select::SelectScratch;
+use crate::scoring::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer};
 use crate::stats::SeqStats;
-use crate::tokens::TokenTrail;
 
 /// A host callback failed; the message names it and its return value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -163,7 +163,7 @@ impl Engine {
     /// `params` must be valid (`Params::validate`).
     pub fn new(params: Params, host: &mut dyn Host) -> Self {
         let mut engine = Engine {
-            scorer: scorer::for_policy(params.policy),
+            scorer: scoring::for_policy(params.policy),
             fallback: PositionScorer::streaming(),
             failure: None,
             params,
@@ -818,7 +818,7 @@ impl Engine {
         n: usize,
         m: usize,
         policy: Option<PolicyScope>,
-    ) -> Result<(), scorer::ScoreError> {
+    ) -> Result<(), scoring::ScoreError> {
         let Engine {
             scratch: sc,
             scorer,
@@ -949,8 +949,8 @@ impl Engine {
     pub fn save_seq(&self, seq: i32) -> Option<Vec<u8>> {
         let state = self.seqs.get(&seq)?;
         let mut w = Writer::default();
-        w.buf.extend_from_slice(crate::state::MAGIC);
-        w.u32(crate::state::VERSION);
+        w.buf.extend_from_slice(crate::persist::MAGIC);
+        w.u32(crate::persist::VERSION);
         w.u32(matches!(state.phase, Phase::Decode) as u32);
         w.u64(state.prompt_len as u64);
         let st = &state.stats;
@@ -985,14 +985,14 @@ impl Engine {
     /// Replace the plugin state of `seq` with a saved one; nothing changes on error.
     pub fn load_seq(&mut self, seq: i32, data: &[u8]) -> Result<(), String> {
         let mut r = Reader::new(data);
-        if r.take(4)? != crate::state::MAGIC {
+        if r.take(4)? != crate::persist::MAGIC {
             return Err("not a BeaconKV sequence state (bad magic)".into());
         }
         let version = r.u32()?;
-        if !(1..=crate::state::VERSION).contains(&version) {
+        if !(1..=crate::persist::VERSION).contains(&version) {
             return Err(format!(
                 "state version {version} is not {}",
-                crate::state::VERSION
+                crate::persist::VERSION
             ));
         }
         let mut state = SeqState {

@@ -8,7 +8,7 @@
 //! seed's; the f32 rounding order differs from torch's `bmm`, which only matters for
 //! near-ties closer than ~1e-6 (the golden test keeps its cases clear of those).
 
-use crate::simd::{dot_fast, dots};
+use crate::kernels::{dot_fast, dots};
 
 /// F.normalize's eps: rows with a smaller norm are divided by eps instead (zero stays zero).
 const NORM_EPS: f32 = 1e-12;
@@ -149,7 +149,7 @@ fn argmin(values: impl Iterator<Item = f32>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kread::dot;
+    use crate::ggml::dequant::dot;
 
     #[test]
     fn small_n_returns_everything_in_order() {

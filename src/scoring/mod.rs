@@ -7,6 +7,8 @@
 
 mod attention;
 pub mod position;
+pub mod reduce;
+pub mod select;
 
 use crate::config::Policy;
 use crate::host::{Host, LayerDesc};

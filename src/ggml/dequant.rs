@@ -4,7 +4,7 @@
 //! they never allocate, and each dequantiser is a plain per-block loop that reproduces
 //! `dequantize_row_*` of `ggml/src/ggml-quants.c` bit for bit (same products, same order).
 
-use crate::ggml_types::GgmlType;
+use crate::ggml::types::GgmlType;
 use half::f16;
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 
@@ -138,7 +138,7 @@ unsafe fn f16_row_f16c(src: &[u8], dst: &mut [f32]) {
 fn f16_row(src: &[u8], dst: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
-        if dst.len().is_multiple_of(8) && src.len() >= 2 * dst.len() && crate::simd::has_f16c() {
+        if dst.len().is_multiple_of(8) && src.len() >= 2 * dst.len() && crate::kernels::has_f16c() {
             // SAFETY: the CPU has F16C and AVX (checked above); src holds 2 bytes per value.
             return unsafe { f16_row_f16c(src, dst) };
         }

@@ -4,7 +4,7 @@
 //! with AVX2 and FMA (detected once at run time) a hand-written kernel processes four queries per
 //! pass over the key, which is what keeps a full scoring pass small next to the forward pass.
 
-use crate::kread::dot;
+use crate::ggml::dequant::dot;
 
 /// `max_i queries[i*d..(i+1)*d] · k` (NEG_INFINITY for no queries); `queries.len() % k.len() == 0`.
 pub fn max_dot(queries: &[f32], k: &[f32]) -> f32 {

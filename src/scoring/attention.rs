@@ -14,15 +14,15 @@
 //! no longer be among them.
 
 use super::{fold_column_max, PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
-use crate::hadamard::hadamard_inplace;
+use crate::ggml::dequant::read_k_row;
+use crate::ggml::hadamard::hadamard_inplace;
+use crate::ggml::rope::RotationMemo;
 use crate::host::{Host, LayerDesc};
-use crate::kread::read_k_row;
-use crate::queries::LayerQueries;
-use crate::rope::RotationMemo;
-use crate::simd::{
+use crate::kernels::{
     dot_tile_all, dots, max_dot, max_dot_lanes, max_dot_tile, sum_exp_minus, transpose_rows,
     transpose_tile, LANE_KEYS, QUERY_LANES, TILE,
 };
+use crate::queries::LayerQueries;
 
 /// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
 /// scores with (`m_pos` is the sequence's scoring position).
