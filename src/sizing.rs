@@ -110,8 +110,9 @@ mod tests {
         }
     }
 
-    /// The seed's formula, for f16 (dtype_bytes = 2).
-    fn seed_calc(layers: u64, heads: u64, head_dim: u64, tokens: u64) -> u64 {
+    /// The reference implementation's formula for f16 (dtype_bytes = 2): K and V, each
+    /// `heads * head_dim` values of 2 bytes, per layer and token.
+    fn reference_formula(layers: u64, heads: u64, head_dim: u64, tokens: u64) -> u64 {
         2 * heads * head_dim * 2 * layers * tokens
     }
 
@@ -130,7 +131,7 @@ mod tests {
     }
 
     #[test]
-    fn matches_seed_formula_for_f16() {
+    fn matches_reference_formula_for_f16() {
         for (l, h, hd) in [(30, 3, 64), (32, 8, 128), (28, 4, 128), (1, 1, 2)] {
             let d = ModelDesc {
                 n_layer: l,
@@ -140,8 +141,8 @@ mod tests {
                 type_k: GgmlType::F16,
                 type_v: GgmlType::F16,
             };
-            let seed = seed_calc(l as u64, h as u64, hd as u64, 1000);
-            assert_eq!(kv_bytes_per_token(&d) * 1000, seed, "{l} {h} {hd}");
+            let want = reference_formula(l as u64, h as u64, hd as u64, 1000);
+            assert_eq!(kv_bytes_per_token(&d) * 1000, want, "{l} {h} {hd}");
         }
     }
 

@@ -1,5 +1,7 @@
-//! Reading key rows straight out of a llama.cpp K-cache tensor.
+//! The general dequantiser: any supported ggml row type to f32, bit-exact with ggml.
 //!
+//! [`dequantize_row`] converts a row of any [`GgmlType`] (the archive reads its pages with it);
+//! [`read_k_row`] locates one head's key row in a llama.cpp K-cache tensor and converts it.
 //! Scoring reads one row per (layer, kv-head, cell), so these functions sit on the hot path:
 //! they never allocate, and each dequantiser is a plain per-block loop that reproduces
 //! `dequantize_row_*` of `ggml/src/ggml-quants.c` bit for bit (same products, same order).
@@ -75,42 +77,6 @@ pub unsafe fn read_k_row(
     // SAFETY: the caller guarantees the tensor covers [offset, offset + row).
     let src = unsafe { std::slice::from_raw_parts(base.add(offset), row) };
     dequantize_row(ty, src, dst);
-}
-
-/// Dot product helper used by scorers (plain f32 loop that LLVM vectorises; 16 lanes).
-///
-/// Sixteen independent lanes (four SSE / two AVX registers) break the add dependency chain
-/// so LLVM emits packed SIMD that is not latency-bound, without fast-math; lanes are combined
-/// pairwise at the end. Head dims are multiples of 16 in practice; a scalar tail covers the
-/// rest.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "dot of unequal lengths");
-    let (ca, ta) = a.as_chunks::<LANES>();
-    let (cb, tb) = b.as_chunks::<LANES>();
-    let mut acc = [0.0f32; LANES];
-    for (x, y) in ca.iter().zip(cb) {
-        for l in 0..LANES {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let tail: f32 = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
-    tree_sum(acc) + tail
-}
-
-/// Accumulator lanes of [`dot`].
-const LANES: usize = 16;
-
-/// Pairwise sum of the accumulator lanes (halving folds, which LLVM keeps in registers).
-#[inline(always)]
-fn tree_sum(mut acc: [f32; LANES]) -> f32 {
-    let mut w = LANES / 2;
-    while w > 0 {
-        for l in 0..w {
-            acc[l] += acc[l + w];
-        }
-        w /= 2;
-    }
-    acc[0]
 }
 
 /// F32 rows: a byte copy (the tensor data need not be 4-aligned as a `&[u8]`).
@@ -484,22 +450,5 @@ mod tests {
         assert_eq!(dst, [7.0, 8.0, 9.0, 10.0]);
         unsafe { read_k_row(bytes.as_ptr(), GgmlType::F16, 8, 16, 0, 0, 0, &mut dst) };
         assert_eq!(dst, [1.0, -2.0, 0.5, 3.0]);
-    }
-
-    #[test]
-    fn dot_matches_f64_reference() {
-        for n in [0usize, 1, 7, 8, 9, 63, 64, 100, 128] {
-            let a: Vec<f32> = (0..n)
-                .map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.25)
-                .collect();
-            let b: Vec<f32> = (0..n).map(|i| ((i * 17 % 13) as f32 - 6.0) * 0.5).collect();
-            let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-            // all products and partial sums are exact multiples of 1/8 well inside f32's range
-            assert_eq!(dot(&a, &b) as f64, want, "n={n}");
-        }
-        let a: Vec<f32> = (0..77).map(|i| (i as f32 * 0.731).sin()).collect();
-        let b: Vec<f32> = (0..77).map(|i| (i as f32 * 0.377).cos()).collect();
-        let want: f64 = a.iter().zip(&b).map(|(x, y)| *x as f64 * *y as f64).sum();
-        assert!((dot(&a, &b) as f64 - want).abs() < 1e-5);
     }
 }

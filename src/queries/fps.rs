@@ -149,7 +149,7 @@ fn argmin(values: impl Iterator<Item = f32>) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ggml::dequant::dot;
+    use crate::kernels::dot;
 
     #[test]
     fn small_n_returns_everything_in_order() {
