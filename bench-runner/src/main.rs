@@ -2,12 +2,14 @@
 //! perplexity, passkey retrieval, decode speed and KV memory), then prints markdown tables and
 //! writes results.json, results.csv, summary.md and PNG plots into the output folder.
 
+mod args;
 mod plot;
 mod results;
 mod run;
 mod taskbench;
 mod tasks;
 
+use args::{check_policies, out_dir, pick, policies_or, repo_root, unix_now, write_file};
 use clap::Parser;
 use results::{Mode, ModeRun};
 use run::{run_eval, EvalJob};
@@ -15,7 +17,7 @@ use serde::Serialize;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 const DEFAULT_POLICIES: [&str; 5] = ["beacon", "beacon+archive", "recent", "streaming", "random"];
 const DEFAULT_TEXT: &str = "/usr/share/common-licenses/GPL-3";
@@ -126,44 +128,10 @@ pub struct Settings {
     pub run: run::EvalOptions,
 }
 
-/// The repository root (this crate lives in `bench/`).
-pub fn repo_root() -> PathBuf {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    here.parent().unwrap_or(here).to_path_buf()
-}
-
-/// `--policies` of both benchmarks: names of policies (with `+archive[_TYPE]`), never `none`.
-pub fn check_policies(policies: &[String]) -> Result<(), String> {
-    if policies.is_empty() {
-        return Err("--policies needs at least one policy".into());
-    }
-    for p in policies {
-        if p == "none" {
-            return Err(
-                "--policies: 'none' (the full cache) is the reference and always measured".into(),
-            );
-        }
-        if p.is_empty()
-            || !p
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
-        {
-            return Err(format!("--policies: invalid policy name '{p}'"));
-        }
-    }
-    Ok(())
-}
-
-fn pick<T>(given: Option<T>, quick: bool, q: T, full: T) -> T {
-    given.unwrap_or(if quick { q } else { full })
-}
-
 pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     let quick = cli.quick;
     let budgets = pick(cli.budgets, quick, vec![32, 64], vec![128, 256, 512, 1024]);
-    let policies = cli
-        .policies
-        .unwrap_or_else(|| DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect());
+    let policies = policies_or(cli.policies, &DEFAULT_POLICIES);
     let depths = pick(cli.depths, quick, vec![0.5], vec![0.1, 0.5, 0.9]);
     let lengths = pick(
         cli.lengths,
@@ -527,10 +495,6 @@ pub fn machine_info() -> serde_json::Value {
     })
 }
 
-fn write_file(path: &Path, contents: &str) -> Result<(), String> {
-    std::fs::write(path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
 fn real_main(mut cli: Cli) -> Result<(), String> {
     let root = repo_root();
     if let Some(Sub::Tasks(t)) = cli.command.take() {
@@ -561,18 +525,8 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
             return Err(format!("text file not found: {}{hint}", t.display()));
         }
     }
-    let unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let out = s.out.clone().unwrap_or_else(|| {
-        let stem = model
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into());
-        root.join("results").join(format!("{stem}-{unix}"))
-    });
-    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let unix = unix_now();
+    let out = out_dir(s.out.clone(), &model, &root, "", unix)?;
 
     eprintln!("model:   {}", model.display());
     eprintln!("eval:    {}", s.run.eval.display());

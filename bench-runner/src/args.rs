@@ -1,0 +1,76 @@
+//! Argument and output-folder plumbing shared by `beaconkv-bench` and `beaconkv-bench tasks`.
+
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// The repository root (this crate lives in `bench-runner/`).
+pub fn repo_root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
+}
+
+/// An option's value: as given, else its `--quick` or its full default.
+pub fn pick<T>(given: Option<T>, quick: bool, q: T, full: T) -> T {
+    given.unwrap_or(if quick { q } else { full })
+}
+
+/// `--policies` as given, else `defaults`.
+pub fn policies_or(given: Option<Vec<String>>, defaults: &[&str]) -> Vec<String> {
+    given.unwrap_or_else(|| defaults.iter().map(|s| s.to_string()).collect())
+}
+
+/// `--policies` of both benchmarks: names of policies (with `+archive[_TYPE]`), never `none`.
+pub fn check_policies(policies: &[String]) -> Result<(), String> {
+    if policies.is_empty() {
+        return Err("--policies needs at least one policy".into());
+    }
+    for p in policies {
+        if p == "none" {
+            return Err(
+                "--policies: 'none' (the full cache) is the reference and always measured".into(),
+            );
+        }
+        if p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
+        {
+            return Err(format!("--policies: invalid policy name '{p}'"));
+        }
+    }
+    Ok(())
+}
+
+/// Seconds since the Unix epoch (0 on a clock set before it): the run's start, which also names
+/// its default output folder.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// The output folder, created: `--out` as given, else `results/<prefix><model stem>-<unix>` in
+/// the repository.
+pub fn out_dir(
+    given: Option<PathBuf>,
+    model: &Path,
+    root: &Path,
+    prefix: &str,
+    unix: u64,
+) -> Result<PathBuf, String> {
+    let out = given.unwrap_or_else(|| {
+        let stem = model
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        root.join("results").join(format!("{prefix}{stem}-{unix}"))
+    });
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    Ok(out)
+}
+
+/// Writes a whole file, naming it in the error.
+pub fn write_file(path: &Path, contents: &str) -> Result<(), String> {
+    std::fs::write(path, contents).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

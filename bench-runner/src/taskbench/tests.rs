@@ -1,0 +1,255 @@
+//! Options, row checks, tables and the tool's arguments.
+
+use super::driver::base_args;
+use super::report::*;
+use super::rows::*;
+use super::*;
+use crate::tasks::{self, Doc};
+use serde_json::Value;
+
+#[derive(clap::Parser, Debug)]
+struct Wrap {
+    #[command(flatten)]
+    t: TasksCli,
+}
+
+fn settings(args: &[&str]) -> Result<TaskSettings, String> {
+    use clap::Parser;
+    let w = Wrap::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+        .map_err(|e| e.to_string())?;
+    resolve(w.t, Path::new("/repo"))
+}
+
+#[test]
+fn defaults_and_quick() {
+    let s = settings(&[]).unwrap();
+    assert_eq!(s.budgets, vec![256, 512, 1024]);
+    assert_eq!(s.lengths, vec![2048]);
+    assert_eq!(s.tasks, Task::ALL.to_vec());
+    assert_eq!(
+        (s.trace_tokens, s.trace_prompts, s.bucket, s.free_max),
+        (2048, 1, 256, 256)
+    );
+    assert_eq!(s.docs, None);
+    assert_eq!(s.minutes, 60.0);
+    assert_eq!(configs(&s).len(), 13);
+    assert_eq!(configs(&s)[0], "none");
+    let q = settings(&["--quick", "--tasks", "vt,niah"]).unwrap();
+    assert_eq!(q.budgets, vec![32, 64]);
+    assert_eq!(q.docs, Some(1));
+    assert_eq!(q.tasks, vec![Task::Niah, Task::Vt]);
+    assert_eq!((q.trace_tokens, q.bucket, q.free_max), (48, 8, 0));
+}
+
+#[test]
+fn rejects_bad_options() {
+    assert!(settings(&["--budgets", "4"]).is_err());
+    assert!(settings(&["--policies", "none"]).is_err());
+    assert!(settings(&["--docs", "0"]).is_err());
+    assert!(settings(&["--trace-prompts", "9"]).is_err());
+    assert!(settings(&["--tasks", "bogus"]).is_err());
+    assert!(settings(&["--extra", "x"]).is_err());
+}
+
+#[test]
+fn eval_arguments() {
+    let s = settings(&["--quick", "--extra", "span=3", "--", "-fa", "on"]).unwrap();
+    let a = base_args(
+        &s,
+        "trace",
+        Path::new("/m.gguf"),
+        Path::new("/o/t.jsonl"),
+        Path::new("/o/t.json"),
+    )
+    .join(" ");
+    assert!(
+        a.starts_with("--mode trace --configs none,beacon:32/span=3,beacon:64/span=3,"),
+        "{a}"
+    );
+    assert!(
+        a.contains("--tasks /o/t.jsonl --out /o/t.json -m /m.gguf -t 2"),
+        "{a}"
+    );
+    assert!(
+        a.ends_with("--chunk 64 --n-tokens 48 --bucket 8 --free-max 0 -fa on"),
+        "{a}"
+    );
+    let c = base_args(
+        &s,
+        "count",
+        Path::new("/m"),
+        Path::new("/i"),
+        Path::new("/o"),
+    )
+    .join(" ");
+    assert!(c.starts_with("--mode count --configs none "), "{c}");
+}
+
+fn row(doc: &Doc, q: usize, config: &str, output: &str) -> EvalTaskRow {
+    let (policy, budget) = match config.split_once(':') {
+        Some((p, b)) => (p.to_string(), b.parse().unwrap()),
+        None => (config.to_string(), 0),
+    };
+    EvalTaskRow {
+        id: doc.id.clone(),
+        question: q,
+        config: config.into(),
+        policy,
+        budget,
+        n_doc: 300,
+        n_question: 30,
+        n_gen: 5,
+        stopped: true,
+        output: output.into(),
+        cells_doc: 64,
+        cells_peak: 64,
+        evicted: 10,
+        compress_events: 2,
+        plugin_ms: 1.0,
+        prefill_ms: 100.0,
+        answer_ms: 10.0,
+    }
+}
+
+#[test]
+fn scoring_rows_and_tables() {
+    let docs = vec![
+        tasks::generate(Task::Niah, 256, 0, 1, 4.0),
+        tasks::generate(Task::Multikey, 256, 0, 1, 4.0),
+    ];
+    let cfgs: Vec<String> = vec!["none".into(), "beacon:64".into()];
+    let mut rows = Vec::new();
+    for d in &docs {
+        for (qi, q) in d.questions.iter().enumerate() {
+            rows.push(row(d, qi, "none", &q.reference));
+            rows.push(row(
+                d,
+                qi,
+                "beacon:64",
+                if qi == 0 { &q.reference } else { "no idea" },
+            ));
+        }
+    }
+    let scored = score_rows(&docs, rows.clone(), &cfgs).unwrap();
+    assert_eq!(scored.len(), 2 * (1 + 4));
+    let acc = aggregate(&scored);
+    assert_eq!(acc[&(Task::Multikey, 0, "none".into(), 0)].k, 4);
+    assert_eq!(acc[&(Task::Multikey, 256, "beacon".into(), 64)].k, 1);
+    assert_eq!(acc[&(Task::Multikey, 256, "beacon".into(), 64)].n, 4);
+    let t = task_table(&acc, Task::Multikey, 0, &["beacon".into()], &[64]);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines[0], "| policy | 64 | full cache |");
+    assert_eq!(lines[2], "| beacon | 25% [5–70] (1/4) | – |");
+    assert_eq!(lines[3], "| none | – | 100% [51–100] (4/4) |");
+    let f = full_cache_table(&acc, &[Task::Niah, Task::Multikey], &[256]);
+    assert!(
+        f.contains("| niah | 100% [21–100] (1/1) | 100% [21–100] (1/1) |"),
+        "{f}"
+    );
+    let csv = accuracy_csv(&acc);
+    assert!(csv.contains("multikey,all,beacon,64,1,4,0.2500,"), "{csv}");
+    let tcsv = tasks_csv(&scored);
+    assert_eq!(tcsv.lines().next().unwrap(), TASK_CSV_COLUMNS.join(","));
+    assert_eq!(tcsv.lines().count(), 1 + scored.len());
+
+    // missing, duplicate and malformed rows are errors
+    assert!(score_rows(&docs, rows[1..].to_vec(), &cfgs)
+        .unwrap_err()
+        .contains("no row"));
+    let mut dup = rows.clone();
+    dup.push(rows[0].clone());
+    assert!(score_rows(&docs, dup, &cfgs)
+        .unwrap_err()
+        .contains("2 rows"));
+    let mut bad = rows.clone();
+    bad[0].n_doc = 0;
+    assert!(score_rows(&docs, bad, &cfgs)
+        .unwrap_err()
+        .contains("malformed"));
+    let mut unknown = rows;
+    unknown[0].id = "nope".into();
+    assert!(score_rows(&docs, unknown, &cfgs).is_err());
+}
+
+fn trace_fixture() -> TraceRun {
+    let bucket = |from, to, top1, kl| Bucket {
+        from,
+        to,
+        n: to - from,
+        top1,
+        kl,
+    };
+    let mk = |config: &str, policy: &str, budget, top1, first, free| TraceRow {
+        id: "p".into(),
+        config: config.into(),
+        policy: policy.into(),
+        budget,
+        n_tokens: 16,
+        top1,
+        kl: 0.5,
+        first_mismatch: first,
+        diverge_free: free,
+        free_limit: 16,
+        buckets: vec![bucket(0, 8, 1.0, 0.0), bucket(8, 16, 2.0 * top1 - 1.0, 1.0)],
+        cells_peak: 32,
+        evicted: 4,
+        compress_events: 1,
+        plugin_ms: 1.0,
+        decode_ms: 2.0,
+    };
+    TraceRun {
+        prompts: vec![TracePrompt {
+            id: "p".into(),
+            n_prompt: 20,
+            n_tokens: 16,
+            first_eog: -1,
+            ref_ms: 5.0,
+            text: "x".into(),
+        }],
+        rows: vec![
+            mk("none", "none", 0, 1.0, -1, None),
+            mk("beacon:32", "beacon", 32, 0.75, 9, Some(16)),
+        ],
+    }
+}
+
+#[test]
+fn trace_tables_and_checks() {
+    let t = trace_fixture();
+    let cfgs: Vec<String> = vec!["none".into(), "beacon:32".into()];
+    check_trace(&t, 1, &cfgs, 16).unwrap();
+    assert!(check_trace(&t, 2, &cfgs, 16).is_err());
+    assert!(check_trace(&t, 1, &["none".into(), "recent:32".into()], 16).is_err());
+    let table = trace_table(&t, &cfgs);
+    assert!(
+        table.contains("| none | 1.000 | 0.5000 | none | – |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| beacon:32 | 0.750 | 0.5000 | 9 | ≥16 |"),
+        "{table}"
+    );
+    let b = bucket_table(&t, &cfgs, false);
+    assert!(b.starts_with("| config | 0–7 | 8–15 |"), "{b}");
+    assert!(b.contains("| beacon:32 | 1.000 | 0.500 |"), "{b}");
+    let csv = trace_csv(&t);
+    assert_eq!(csv.lines().count(), 1 + 4);
+    assert!(
+        csv.contains("p,beacon:32,beacon,32,8,16,8,0.5,1,9,16,16"),
+        "{csv}"
+    );
+    let mut bad = t.clone();
+    bad.rows[1].diverge_free = None;
+    assert!(check_trace(&bad, 1, &cfgs, 16).is_err());
+}
+
+#[test]
+fn parses_the_tools_json() {
+    let v: Value = serde_json::from_str(r#"{"mode": "trace", "n_tokens": 16, "prompts": [{"id": "p", "n_prompt": 20, "n_tokens": 16, "first_eog": 3, "ref_ms": 1.5, "text": "abc"}], "results": [{"id": "p", "config": "none", "policy": "none", "budget": 0, "n_tokens": 16, "top1": 1.0, "kl": 0.0, "first_mismatch": -1, "diverge_free": null, "free_limit": 16, "buckets": [{"from": 0, "to": 16, "n": 16, "top1": 1.0, "kl": 0.0}], "cells_peak": 40, "evicted": 0, "compress_events": 0, "plugin_ms": 0, "decode_ms": 3}]}"#).unwrap();
+    let t = parse_trace(&v).unwrap();
+    assert_eq!(t.prompts[0].first_eog, 3);
+    assert_eq!(t.rows[0].diverge_free, None);
+    let task: Value = serde_json::from_str(r#"{"mode": "task", "results": [{"id": "niah-256-0", "question": 0, "config": "beacon:32", "policy": "beacon", "budget": 32, "n_doc": 300, "n_question": 30, "n_gen": 4, "stopped": true, "output": " 1234567", "cells_doc": 30, "cells_peak": 33, "evicted": 270, "compress_events": 60, "plugin_ms": 3.5, "prefill_ms": 800.0, "answer_ms": 90.0}]}"#).unwrap();
+    let rows: Vec<EvalTaskRow> = results_of(&task, "task").unwrap();
+    assert_eq!(rows[0].output, " 1234567");
+}
