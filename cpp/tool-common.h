@@ -8,6 +8,7 @@
 #include "llama.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,10 +72,12 @@ inline uint64_t bytes_per_cell(llama_context * ctx, const llama_model * model, c
 }
 
 // A context for `params` with compression spec `spec` ("" = plain llama.cpp, no plugin), sized
-// like common_init_from_params does (logical n_ctx, physical cells from the spec).
+// like common_init_from_params does (logical n_ctx, physical cells from the spec). `n_rs_seq`,
+// when given, replaces the recurrent-state snapshots per sequence that `params` asks for
+// (rollback of hybrid models).
 inline llama_context * make_context(llama_model * model, common_params params, const std::string & spec,
                                     uint32_t n_ctx, ggml_backend_sched_eval_callback cb = nullptr,
-                                    void * cb_data = nullptr) {
+                                    void * cb_data = nullptr, std::optional<uint32_t> n_rs_seq = std::nullopt) {
     params.n_ctx = n_ctx;
     params.kv_compress_spec = spec;
     common_kv_compress_adjust(params);
@@ -82,6 +85,9 @@ inline llama_context * make_context(llama_model * model, common_params params, c
     cp.n_ctx_cells = spec.empty() ? 0 : common_kv_compress_cells(params, model);
     cp.cb_eval = cb;
     cp.cb_eval_user_data = cb_data;
+    if (n_rs_seq) {
+        cp.n_rs_seq = *n_rs_seq;
+    }
     llama_context * ctx = llama_init_from_model(model, cp);
     if (ctx && !spec.empty() && !common_kv_compress_attach(ctx, params)) {
         llama_free(ctx);

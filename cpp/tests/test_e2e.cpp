@@ -14,6 +14,8 @@
 #include "llama.h"
 #include "tool-common.h"
 
+#include "driver.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,28 +27,9 @@
 #include <string>
 #include <vector>
 
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            return false;                                                 \
-        }                                                                 \
-    } while (0)
-
 namespace {
 
-struct env {
-    common_params params;
-    llama_model * model = nullptr;
-    int n_vocab = 0;
-};
-
-struct ctx_deleter {
-    void operator()(llama_context * c) const { llama_free(c); }
-};
-using ctx_ptr = std::unique_ptr<llama_context, ctx_deleter>;
+using namespace bkv_test;
 
 // spec empty: no plugin at all (plain llama.cpp).
 ctx_ptr make_ctx(env & e, const std::string & spec, uint32_t n_ctx,
@@ -64,34 +47,6 @@ bool decode(llama_context * ctx, const llama_token * t, int n) {
         }
     }
     return true;
-}
-
-int argmax(const float * v, int n) { return (int) (std::max_element(v, v + n) - v); }
-
-std::vector<llama_token> prompt_tokens(env & e, int n) {
-    const std::string text = "The history of the lighthouse keeper begins on a cold morning, when the ships were late. ";
-    std::string s;
-    while ((int) common_tokenize(llama_model_get_vocab(e.model), s, true).size() < n) {
-        s += text;
-    }
-    auto t = common_tokenize(llama_model_get_vocab(e.model), s, true);
-    t.resize(n);
-    return t;
-}
-
-struct cell_list {
-    std::vector<llama_pos> pos;
-    std::vector<uint32_t> cell;
-};
-
-cell_list list_cells(llama_context * ctx, llama_seq_id seq) {
-    cell_list l;
-    const int32_t n = llama_kv_plugin_seq_cells(ctx, seq, nullptr, nullptr, 0, nullptr);
-    l.pos.resize(std::max(n, 0));
-    l.cell.resize(std::max(n, 0));
-    uint32_t stream = 0;
-    llama_kv_plugin_seq_cells(ctx, seq, l.pos.data(), l.cell.data(), n, &stream);
-    return l;
 }
 
 // Greedy generation of n tokens after a prompt; returns the tokens and all logits rows.
@@ -869,72 +824,43 @@ bool test_archive_recall_at_batch_start(env & e) {
 }
 
 int main(int argc, char ** argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
-        return 2;
-    }
-    const std::string model_path = argv[1];
-    const std::string test = argv[2];
-    std::vector<char *> args = {argv[0], (char *) "-m", (char *) model_path.c_str()};
-    for (int i = 3; i < argc; i++) {
-        args.push_back(argv[i]);
-    }
-    env e;
-    if (!common_params_parse((int) args.size(), args.data(), e.params, LLAMA_EXAMPLE_COMPLETION)) {
-        return 2;
-    }
-    e.params.kv_compress_spec.clear();
-    llama_backend_init();
-    llama_log_set([](ggml_log_level level, const char * text, void *) {
+    const ggml_log_callback log = [](ggml_log_level level, const char * text, void *) {
         if (level >= GGML_LOG_LEVEL_WARN) {
             fputs(text, stderr);
         }
-    }, nullptr);
-    llama_model_params mp = common_model_params_to_llama(e.params);
-    e.model = llama_model_load_from_file(model_path.c_str(), mp);
-    if (!e.model) {
-        fprintf(stderr, "cannot load %s\n", model_path.c_str());
-        return 2;
-    }
-    e.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(e.model));
-
-    bool ok = false;
-    if (test == "detached_vs_none") {
-        ok = test_detached_vs_none(e);
-    } else if (test == "budget_covers_all") {
-        ok = test_budget_covers_all(e);
-    } else if (test.rfind("bounded_cells", 0) == 0) {
-        const size_t colon = test.find(':');
-        ok = test_bounded_cells(e, colon == std::string::npos ? "beacon" : test.substr(colon + 1));
-    } else if (test == "query_capture") {
-        ok = test_query_capture(e);
-    } else if (test == "multi_seq:unified" || test == "multi_seq:split") {
-        ok = test_multi_seq(e, test == "multi_seq:unified");
-    } else if (test == "state_roundtrip") {
-        ok = test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
-    } else if (test == "copy_path") {
-        ok = test_copy_path(e);
-    } else if (test == "speculative") {
-        ok = test_speculative(e);
-    } else if (test == "load") {
-        ok = test_load(e);
-    } else if (test == "long_prompt") {
-        ok = test_long_prompt(e);
-    } else if (test == "archive_swap_in") {
-        ok = test_archive_swap_in(e);
-    } else if (test == "archive_run") {
-        ok = test_archive_run(e);
-    } else if (test == "archive_recall_by_tokens") {
-        ok = test_archive_recall_by_tokens(e);
-    } else if (test == "archive_recall_at_batch_start") {
-        ok = test_archive_recall_at_batch_start(e);
-    } else if (test == "iswa_global_only") {
-        ok = test_iswa_global_only(e);
-    } else {
-        fprintf(stderr, "unknown test '%s'\n", test.c_str());
-        return 2;
-    }
-    llama_model_free(e.model);
-    printf("%s %s\n", ok ? "ok" : "FAILED", test.c_str());
-    return ok ? 0 : 1;
+    };
+    return bkv_test::run_main(argc, argv, log, [](bkv_test::env & e, const std::string & test) -> std::optional<bool> {
+        if (test == "detached_vs_none") {
+            return test_detached_vs_none(e);
+        } else if (test == "budget_covers_all") {
+            return test_budget_covers_all(e);
+        } else if (test.rfind("bounded_cells", 0) == 0) {
+            return test_bounded_cells(e, bkv_test::test_arg(test, "beacon"));
+        } else if (test == "query_capture") {
+            return test_query_capture(e);
+        } else if (test == "multi_seq:unified" || test == "multi_seq:split") {
+            return test_multi_seq(e, test == "multi_seq:unified");
+        } else if (test == "state_roundtrip") {
+            return test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
+        } else if (test == "copy_path") {
+            return test_copy_path(e);
+        } else if (test == "speculative") {
+            return test_speculative(e);
+        } else if (test == "load") {
+            return test_load(e);
+        } else if (test == "long_prompt") {
+            return test_long_prompt(e);
+        } else if (test == "archive_swap_in") {
+            return test_archive_swap_in(e);
+        } else if (test == "archive_run") {
+            return test_archive_run(e);
+        } else if (test == "archive_recall_by_tokens") {
+            return test_archive_recall_by_tokens(e);
+        } else if (test == "archive_recall_at_batch_start") {
+            return test_archive_recall_at_batch_start(e);
+        } else if (test == "iswa_global_only") {
+            return test_iswa_global_only(e);
+        }
+        return std::nullopt;
+    });
 }

@@ -28,6 +28,8 @@
 #include "llama.h"
 #include "tool-common.h"
 
+#include "driver.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,83 +40,27 @@
 #include <string>
 #include <vector>
 
-#define CHECK(cond, ...)                                                    \
-    do {                                                                    \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                   \
-            fprintf(stderr, "\n");                                          \
-            return false;                                                   \
-        }                                                                   \
-    } while (0)
-
 namespace {
 
-struct env {
-    common_params params;
-    llama_model * model = nullptr;
-    int n_vocab = 0;
-};
-
-struct ctx_deleter {
-    void operator()(llama_context * c) const { llama_free(c); }
-};
-using ctx_ptr = std::unique_ptr<llama_context, ctx_deleter>;
+using namespace bkv_test;
 
 // libllama's warnings, kept for the refusal test (and echoed to stderr)
 std::mutex g_log_mutex;
 std::vector<std::string> g_warnings;
 
-// Like bkv_tools::make_context, plus the recurrent-state snapshots for rollback (n_rs_seq).
+// bkv_tools::make_context with `n_rs_seq` recurrent-state snapshots per sequence (rollback).
 ctx_ptr make_ctx(env & e, const std::string & spec, uint32_t n_ctx, uint32_t n_rs_seq = 0) {
-    common_params params = e.params;
-    params.n_ctx = n_ctx;
-    params.kv_compress_spec = spec;
-    common_kv_compress_adjust(params);
-    llama_context_params cp = common_context_params_to_llama(params);
-    cp.n_ctx_cells = spec.empty() ? 0 : common_kv_compress_cells(params, e.model);
-    cp.n_rs_seq = n_rs_seq;
-    llama_context * ctx = llama_init_from_model(e.model, cp);
-    if (ctx && !spec.empty() && !common_kv_compress_attach(ctx, params)) {
-        llama_free(ctx);
-        return nullptr;
-    }
-    return ctx_ptr(ctx);
+    return ctx_ptr(bkv_tools::make_context(e.model, e.params, spec, n_ctx, nullptr, nullptr, n_rs_seq));
 }
 
 bool decode(llama_context * ctx, const llama_token * t, int n) {
     return llama_decode(ctx, llama_batch_get_one(const_cast<llama_token *>(t), n)) == 0;
 }
 
-int argmax(const float * v, int n) { return (int) (std::max_element(v, v + n) - v); }
+// Positions and cell indices of the attention cells `seq` holds (plugin attached).
+std::vector<llama_pos> attn_positions(llama_context * ctx, llama_seq_id seq) { return list_cells(ctx, seq).pos; }
 
-std::vector<llama_token> prompt_tokens(env & e, int n) {
-    const std::string text = "The history of the lighthouse keeper begins on a cold morning, when the ships were late. ";
-    std::string s;
-    while ((int) common_tokenize(llama_model_get_vocab(e.model), s, true).size() < n) {
-        s += text;
-    }
-    auto t = common_tokenize(llama_model_get_vocab(e.model), s, true);
-    t.resize(n);
-    return t;
-}
-
-// Positions of the attention cells `seq` holds, from llama.cpp's own listing (plugin attached).
-std::vector<llama_pos> attn_positions(llama_context * ctx, llama_seq_id seq) {
-    const int32_t n = llama_kv_plugin_seq_cells(ctx, seq, nullptr, nullptr, 0, nullptr);
-    std::vector<llama_pos> pos(std::max(n, 0));
-    std::vector<uint32_t> cells(std::max(n, 0));
-    llama_kv_plugin_seq_cells(ctx, seq, pos.data(), cells.data(), n, nullptr);
-    return pos;
-}
-
-std::vector<uint32_t> attn_cells(llama_context * ctx, llama_seq_id seq) {
-    const int32_t n = llama_kv_plugin_seq_cells(ctx, seq, nullptr, nullptr, 0, nullptr);
-    std::vector<llama_pos> pos(std::max(n, 0));
-    std::vector<uint32_t> cells(std::max(n, 0));
-    llama_kv_plugin_seq_cells(ctx, seq, pos.data(), cells.data(), n, nullptr);
-    return cells;
-}
+std::vector<uint32_t> attn_cells(llama_context * ctx, llama_seq_id seq) { return list_cells(ctx, seq).cell; }
 
 // The recurrent part of a hybrid memory's sequence state (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY:
 // the recurrent cells' positions and their conv/SSM states; no attention cells, no plugin block),
@@ -592,56 +538,27 @@ bool test_refused(env & e) {
 }  // namespace
 
 int main(int argc, char ** argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s MODEL TEST [llama.cpp flags]\n", argv[0]);
-        return 2;
-    }
-    const std::string model_path = argv[1];
-    const std::string test = argv[2];
-    std::vector<char *> args = {argv[0], (char *) "-m", (char *) model_path.c_str()};
-    for (int i = 3; i < argc; i++) {
-        args.push_back(argv[i]);
-    }
-    env e;
-    if (!common_params_parse((int) args.size(), args.data(), e.params, LLAMA_EXAMPLE_COMPLETION)) {
-        return 2;
-    }
-    e.params.kv_compress_spec.clear();
-    llama_backend_init();
-    llama_log_set([](ggml_log_level level, const char * text, void *) {
+    const ggml_log_callback log = [](ggml_log_level level, const char * text, void *) {
         if (level >= GGML_LOG_LEVEL_WARN) {
             fputs(text, stderr);
             std::lock_guard<std::mutex> lock(g_log_mutex);
             g_warnings.emplace_back(text);
         }
-    }, nullptr);
-    llama_model_params mp = common_model_params_to_llama(e.params);
-    e.model = llama_model_load_from_file(model_path.c_str(), mp);
-    if (!e.model) {
-        fprintf(stderr, "cannot load %s\n", model_path.c_str());
-        return 2;
-    }
-    e.n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(e.model));
-
-    bool ok = false;
-    if (test.rfind("recurrent_untouched", 0) == 0) {
-        const size_t colon = test.find(':');
-        ok = test_recurrent_untouched(e, colon == std::string::npos ? "beacon" : test.substr(colon + 1));
-    } else if (test == "direct_evict") {
-        ok = test_direct_evict(e);
-    } else if (test == "rollback_rs") {
-        ok = test_rollback(e, true);
-    } else if (test == "rollback_ckpt") {
-        ok = test_rollback(e, false);
-    } else if (test == "fork:unified" || test == "fork:split") {
-        ok = test_fork(e, test == "fork:unified");
-    } else if (test == "refused") {
-        ok = test_refused(e);
-    } else {
-        fprintf(stderr, "unknown test '%s'\n", test.c_str());
-        return 2;
-    }
-    llama_model_free(e.model);
-    printf("%s %s\n", ok ? "ok" : "FAILED", test.c_str());
-    return ok ? 0 : 1;
+    };
+    return bkv_test::run_main(argc, argv, log, [](bkv_test::env & e, const std::string & test) -> std::optional<bool> {
+        if (test.rfind("recurrent_untouched", 0) == 0) {
+            return test_recurrent_untouched(e, bkv_test::test_arg(test, "beacon"));
+        } else if (test == "direct_evict") {
+            return test_direct_evict(e);
+        } else if (test == "rollback_rs") {
+            return test_rollback(e, true);
+        } else if (test == "rollback_ckpt") {
+            return test_rollback(e, false);
+        } else if (test == "fork:unified" || test == "fork:split") {
+            return test_fork(e, test == "fork:unified");
+        } else if (test == "refused") {
+            return test_refused(e);
+        }
+        return std::nullopt;
+    });
 }
