@@ -14,6 +14,7 @@
 //! quantise on the way in (a layer whose row is not whole blocks, or whose cache type is already
 //! as small, keeps the cache's bytes).
 
+pub mod probe;
 pub mod tokens;
 
 use std::collections::BTreeMap;
@@ -23,6 +24,8 @@ use crate::ggml::dequant::dequantize_row;
 use crate::ggml::quant::{quantize_q4_0, quantize_q8_0};
 use crate::ggml::types::GgmlType;
 use crate::persist::{ReadResult, Reader, Writer};
+
+pub use probe::RecallProbe;
 
 /// How one layer's rows are stored.
 #[derive(Clone, Debug, PartialEq, Eq)]

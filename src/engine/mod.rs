@@ -29,7 +29,7 @@ use crate::persist::{Reader, Writer};
 use crate::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
 use crate::scoring::reduce::{reduce, ReduceScratch};
 use crate::scoring::select::SelectScratch;
-use crate::scoring::{self, ExtraKeys, PositionScorer, ScoreCtx, ScoreRows, Scorer};
+use crate::scoring::{self, ExtraKeys, PolicyScorer, PositionScorer, ScoreCtx, ScoreRows, Scorer};
 use crate::stats::SeqStats;
 
 /// A host callback failed; the message names it and its return value.
@@ -128,7 +128,7 @@ struct Scratch {
 /// One compression context (one llama.cpp context).
 pub struct Engine {
     params: Params,
-    scorer: Box<dyn Scorer>,
+    scorer: PolicyScorer,
     /// Scores by position when the configured policy cannot.
     fallback: PositionScorer,
     /// Why the configured policy stopped for good (a panic or a failed read); `None` while it
@@ -836,22 +836,14 @@ impl Engine {
         let by_position = policy.is_none();
         let (lo, hi) = policy.map_or((0, n), |p| p.range);
         let prune_evict = policy.and_then(|p| p.prune_evict);
-        let ctx = ScoreCtx {
-            seq,
-            stream,
-            cells: &cells[lo..hi],
-            pos: &pos[lo..hi],
-            m_pos,
-            layers,
-            queries: &state.queries,
-            seed: params.seed,
-            prob: params.score_prob,
-            extra: (m > 0).then_some(ExtraKeys {
+        let ctx = ScoreCtx::new(stream, layers, &state.queries, m_pos, params.seed)
+            .with_cells(&cells[lo..hi], &pos[lo..hi])
+            .with_prob(params.score_prob)
+            .with_extra((m > 0).then_some(ExtraKeys {
                 n: m,
                 k: &sc.arch.cand_k,
-            }),
-            prune_evict,
-        };
+            }))
+            .with_prune_evict(prune_evict);
         let k = hi - lo;
         sc.rows.reset(k + m);
         sc.scores.resize(n + m, 0.0);

@@ -23,11 +23,11 @@ use std::ops::RangeInclusive;
 use std::time::Instant;
 
 use super::{Engine, EngineError, Phase, Scoring};
-use crate::archive::{ArchiveScratch, LayerFormat, Layout, RawRows, RecallRows};
+use crate::archive::{ArchiveScratch, LayerFormat, Layout, RawRows, RecallProbe, RecallRows};
 use crate::host::{Host, LOG_WARN};
 use crate::scoring::reduce::span_pool;
 use crate::scoring::select::select_evictions;
-use crate::scoring::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows, Scorer};
+use crate::scoring::{ExtraKeys, ScoreCtx, ScoreError, ScoreRows};
 
 /// Per-sequence recall state.
 #[derive(Clone, Debug, Default)]
@@ -177,20 +177,14 @@ impl Engine {
         };
         let sc = &mut scratch.arch;
         let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
-        let ctx = ScoreCtx {
-            seq,
-            stream,
-            cells,
-            pos,
-            m_pos: (pos[n - 1] + 1).max(state.stats.pos_max + 1),
-            layers,
-            queries: &state.queries,
-            seed: params.seed,
-            prob: params.score_prob,
-            extra: None,
-            prune_evict: None,
+        let m_pos = (pos[n - 1] + 1).max(state.stats.pos_max + 1);
+        let ctx = ScoreCtx::new(stream, layers, &state.queries, m_pos, params.seed)
+            .with_cells(cells, pos)
+            .with_prob(params.score_prob);
+        let Some(probe) = scorer.query_scorer() else {
+            return 0;
         };
-        if !rank_pages(scorer.as_mut(), &ctx, layout, &state.archive, sc) {
+        if !rank_pages(probe, &ctx, layout, &state.archive, sc) {
             return 0;
         }
         let limit = (params.budget / 4).max(layout.page);
@@ -297,7 +291,7 @@ impl Engine {
         // score=prob the rows hold log probabilities: the scorer kept the raw maxima)
         state.recall.victims.clear();
         let raw_known = if params.score_prob {
-            match scorer.raw_max() {
+            match scorer.query_scorer().and_then(|q| q.raw_max()) {
                 Some(raw) if raw.len() == total => {
                     a.raw_max.clear();
                     a.raw_max.extend_from_slice(raw);
@@ -613,32 +607,28 @@ impl Engine {
         let n = n as usize;
         let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
         let m_pos = state.stats.pos_max + 1;
-        let ctx = ScoreCtx {
-            seq,
-            stream,
-            cells: &[],
-            pos: &[],
-            m_pos,
-            layers,
-            queries: &state.queries,
-            seed: params.seed,
-            prob: false,
-            extra: None,
-            prune_evict: None,
-        };
+        let ctx = ScoreCtx::new(stream, layers, &state.queries, m_pos, params.seed);
         // 1. where the sequence reads from now: the holes after it, or when nothing the cache
         // holds beats the threshold, the archived pages whose keys do
-        let read = match read_at {
-            Some(holes) => Some((holes, f32::INFINITY)),
-            None => reading_position(scorer.as_mut(), host, &ctx, (pos, cells), params.window, sc)
-                .map_err(|e| e.0)?
-                .map(|(s, logit)| (s + 1..=s + layout.page as i32, logit)),
+        let mut probe = scorer.query_scorer();
+        let read = match (read_at, probe.as_deref_mut()) {
+            (Some(holes), _) => Some((holes, f32::INFINITY)),
+            (None, None) => None,
+            (None, Some(probe)) => {
+                reading_position(probe, host, &ctx, (pos, cells), params.window, sc)
+                    .map_err(|e| e.0)?
+                    .map(|(s, logit)| (s + 1..=s + layout.page as i32, logit))
+            }
         };
-        match read {
-            Some((holes, logit)) if logit > threshold => {
+        match (read, probe) {
+            (Some((holes, logit)), _) if logit > threshold => {
                 holes_in(holes, logit, layout, &state.archive, sc)
             }
-            _ => archive_winners(scorer.as_mut(), &ctx, threshold, layout, &state.archive, sc),
+            (_, Some(probe)) => archive_winners(probe, &ctx, threshold, layout, &state.archive, sc),
+            (_, None) => {
+                sc.recall.clear();
+                sc.winners.clear();
+            }
         }
         if sc.recall.is_empty() {
             return Ok(0);
@@ -708,7 +698,7 @@ impl Engine {
 /// The kept cell outside the window that the newest queries attend most: (position, logit).
 /// `None` when there is no such cell or the scorer reads no queries.
 fn reading_position(
-    scorer: &mut dyn Scorer,
+    probe: &mut dyn RecallProbe,
     host: &mut dyn Host,
     ctx: &ScoreCtx,
     (pos, cells): (&[i32], &[u32]),
@@ -719,12 +709,8 @@ fn reading_position(
     if end == 0 {
         return Ok(None);
     }
-    let ctx = ScoreCtx {
-        cells: &cells[..end],
-        pos: &pos[..end],
-        ..*ctx
-    };
-    if !scorer.cell_rows(&ctx, host, &mut sc.score_rows)? || sc.score_rows.n_rows() == 0 {
+    let ctx = ctx.with_cells(&cells[..end], &pos[..end]);
+    if !probe.cell_rows(&ctx, host, &mut sc.score_rows)? || sc.score_rows.n_rows() == 0 {
         return Ok(None);
     }
     sc.score_rows.max_into(&mut sc.col_max);
@@ -778,7 +764,7 @@ fn holes_in(
 /// above `threshold` win, each with the page after it (text is re-read in order). Their positions
 /// go into `sc.recall` as (page, position), (page, its best logit) into `sc.winners` in page order.
 fn archive_winners(
-    scorer: &mut dyn Scorer,
+    probe: &mut dyn RecallProbe,
     ctx: &ScoreCtx,
     threshold: f32,
     layout: &Layout,
@@ -787,7 +773,7 @@ fn archive_winners(
 ) {
     sc.recall.clear();
     sc.winners.clear();
-    if !rank_pages(scorer, ctx, layout, archive, sc) {
+    if !rank_pages(probe, ctx, layout, archive, sc) {
         return;
     }
     let mut best = std::mem::take(&mut sc.page_ids);
@@ -805,11 +791,8 @@ fn archive_winners(
             n: sc.cand_pos.len(),
             k: &sc.cand_k,
         };
-        let ctx = ScoreCtx {
-            extra: Some(extra),
-            ..*ctx
-        };
-        scorer.extra_rows(&ctx, &mut sc.score_rows);
+        let ctx = ctx.with_extra(Some(extra));
+        probe.key_rows(&ctx, &mut sc.score_rows);
         sc.score_rows.max_into(&mut sc.raw_max);
     }
     for &id in &best {
@@ -841,7 +824,7 @@ fn score_of(winners: &[(i32, f32)], id: i32) -> f32 {
 /// The archived pages, best bound first under the scorer's positioned queries, into
 /// `sc.ranked` as (page, bound). False when the scorer has no page bounds.
 fn rank_pages(
-    scorer: &mut dyn Scorer,
+    probe: &mut dyn RecallProbe,
     ctx: &ScoreCtx,
     layout: &Layout,
     archive: &crate::archive::SeqArchive,
@@ -852,7 +835,7 @@ fn rank_pages(
     ids.extend(archive.pages().map(|(&id, _)| id));
     let page = |p: usize| archive.page(ids[p]).expect("listed above");
     let summary = |p: usize, li: usize| page(p).summary(layout, li);
-    if !scorer.page_bounds(ctx, ids.len(), &summary, &mut sc.score_rows) {
+    if !probe.page_bounds(ctx, ids.len(), &summary, &mut sc.score_rows) {
         return false;
     }
     sc.score_rows.max_into(&mut sc.col_max);
