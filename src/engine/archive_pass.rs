@@ -1,5 +1,10 @@
-//! The engine's side of the archive within a pass: turning it on and off, choosing recall
-//! candidates, archiving evicted cells, placing recalled ones back, and the archive's cap.
+//! The engine's side of the archive (`archive/`) within a pass: turning it on and off, choosing
+//! recall candidates, archiving evicted cells, placing recalled ones back, and the archive's cap.
+//!
+//! A pass with an archive: the pages whose key summaries give the newest queries the highest
+//! bound become candidates (up to `budget / 4` cells); their keys are scored exactly with the
+//! cells', and shared selection keeps the best `target` of both. Cells that lose are archived,
+//! then evicted; candidates that win are placed back at their own positions.
 
 use super::fallback::first;
 use super::seq::Phase;

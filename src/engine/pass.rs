@@ -182,7 +182,7 @@ impl Engine {
     }
 
     /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
-    /// (`m` of them, see `recall.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
+    /// (`m` of them, see `archive_pass.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
     /// for the cells of `policy` (see [`PolicyScope`]) or, with `None` (and `m == 0`), by the
     /// position-only fallback for all of them.
     fn score_cells(

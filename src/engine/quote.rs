@@ -42,8 +42,8 @@ impl Engine {
     /// `recall_match / 2` tokens (rounded up) that occurred exactly once before `first`, the
     /// archived positions of that phrase and of the `page` positions after it come back in place
     /// of the weakest cells the last pass kept, so that the question is read with the passage it
-    /// quotes (the phrase's own tokens too: on the passkey test, 4 of 5 answers are found with
-    /// them, 3 of 5 without). The phrase nearest the end with something archived after it wins.
+    /// quotes (the phrase's own archived tokens come back too). The phrase nearest the end with
+    /// something archived after it wins.
     /// A decode step's check needs `recall_match` tokens: it runs every few steps of running
     /// text, where short phrases recur by chance; a turn's end is checked once, and a phrase
     /// that occurred only once points at one passage.

@@ -1,11 +1,5 @@
-//! The engine's side of the archive (`archive.rs`): selection over cells and recall
-//! candidates, archiving evicted cells, placing recalled ones back, and the targeted recall that
-//! runs between compression passes.
-//!
-//! A pass with an archive: the pages whose key summaries give the newest queries the highest
-//! bound become candidates (up to `budget / 4` cells); their keys are scored exactly with the
-//! cells', and shared selection keeps the best `target` of both. Cells that lose are archived,
-//! then evicted; candidates that win are placed back at their own positions.
+//! Recall between compression passes: the targeted recall that fills the holes of a passage
+//! being re-read, and the swap pass after a new user turn.
 //!
 //! Between passes, every `recall_every` steps, a check fills the holes of a passage being
 //! re-read. With the tokens' ids (`tokens.rs`) it runs only while the newest `recall_match`

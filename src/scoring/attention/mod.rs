@@ -1,5 +1,7 @@
-//! The query-driven scorers, `beacon` and `recent`, and their shared kernel: per layer and kv
-//! head, the largest scaled attention logit any of the group's queries gives each cell.
+//! The query-driven scorers, `beacon` and `recent`, over one shared attention kernel.
+//!
+//! Per layer and kv head, a cell's score is the largest scaled attention logit any of the
+//! group's queries gives it.
 //!
 //! - `beacon` (the method): FPS beacons rotated to the scoring position plus the recent queries of
 //!   the FPS buffer at their own positions.
@@ -9,7 +11,7 @@
 //! Queries are prepared once per pass into one contiguous matrix per layer (rotated to their
 //! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
 //! is then read and dequantised once and dotted against every query of its group, 16 cells at a
-//! time (`simd::max_dot_tile`; `simd::dot_tile_all` when `score=prob` needs every logit). When
+//! time (`kernels::max_dot_tile`; `kernels::dot_tile_all` when `score=prob` needs every logit). When
 //! the pass only needs to know which cells are lowest, `run_pruned` stops scoring cells that can
 //! no longer be among them.
 
