@@ -641,9 +641,10 @@ fn a_failing_write_kv_drops_the_placed_cells_and_turns_the_archive_off() {
 /// mixed signs and sizes, and the best corner of the box reaches them (tight, not just safe).
 #[test]
 fn page_bounds_never_underestimate_exact_logits() {
+    use beaconkv::archive::RecallProbe;
     use beaconkv::host::LayerDesc;
     use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
-    use beaconkv::scoring::{for_policy, ExtraKeys, ScoreCtx, ScoreRows};
+    use beaconkv::scoring::{ExtraKeys, QueryScorer, ScoreCtx, ScoreRows};
 
     const HEADS: usize = 4;
     const KV: usize = 2;
@@ -701,20 +702,9 @@ fn page_bounds_never_underestimate_exact_logits() {
             }
         }
     }
-    let ctx = |extra| ScoreCtx {
-        seq: 0,
-        stream: 0,
-        cells: &[],
-        pos: &[],
-        m_pos: 6,
-        layers: &layers,
-        queries: &queries,
-        seed: 1,
-        prob: false,
-        extra,
-        prune_evict: None,
-    };
-    let mut scorer = for_policy(Params::parse("beacon").unwrap().policy);
+    let ctx = |extra| ScoreCtx::new(0, &layers, &queries, 6, 1).with_extra(extra);
+    // the beacon policy's scorer, as the archive probes it
+    let probe: &mut dyn RecallProbe = &mut QueryScorer::beacon();
     // as the archive keeps them: centre and radius, rounded outwards
     let centred: Vec<Vec<(Vec<f32>, Vec<f32>)>> = boxes
         .iter()
@@ -731,13 +721,13 @@ fn page_bounds_never_underestimate_exact_logits() {
         .collect();
     let summary = |p: usize, li: usize| (&centred[li][p].0[..], &centred[li][p].1[..]);
     let mut bounds = ScoreRows::default();
-    assert!(scorer.page_bounds(&ctx(None), PAGES, &summary, &mut bounds));
+    assert!(probe.page_bounds(&ctx(None), PAGES, &summary, &mut bounds));
     let mut exact = ScoreRows::default();
     let extra = ExtraKeys {
         n: PAGES * KEYS,
         k: &keys,
     };
-    assert!(scorer.extra_rows(&ctx(Some(extra)), &mut exact));
+    assert!(probe.key_rows(&ctx(Some(extra)), &mut exact));
     assert_eq!(bounds.n_rows(), layers.len() * KV);
     assert_eq!(exact.n_rows(), bounds.n_rows());
     for r in 0..bounds.n_rows() {

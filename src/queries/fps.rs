@@ -1,12 +1,13 @@
 //! Cosine furthest-point sampling of pre-RoPE queries: how the method picks its beacons.
 //!
-//! Port of the reference implementation's `_farthest_point_sampling` for one (batch, head) group. The reference implementation builds
-//! the full Q x Q similarity matrix; here only what the algorithm reads is computed:
-//! each row's mean similarity equals `q_i · (Σ_j q_j) / n` (one pass, O(n·d) instead of
-//! O(n²·d)), and the greedy loop needs only the similarity rows of the k selected points
-//! (O(k·n·d)), so no n x n buffer is allocated. In exact arithmetic the choices are the
-//! seed's; the f32 rounding order differs from torch's `bmm`, which only matters for
-//! near-ties closer than ~1e-6 (the golden test keeps its cases clear of those).
+//! Port of the reference implementation's `_farthest_point_sampling` for one (batch, head)
+//! group. The reference implementation builds the full Q x Q similarity matrix; here only what
+//! the algorithm reads is computed: each row's mean similarity equals `q_i · (Σ_j q_j) / n`
+//! (one pass, O(n·d) instead of O(n²·d)), and the greedy loop needs only the similarity rows of
+//! the k selected points (O(k·n·d)), so no n x n buffer is allocated. In exact arithmetic the
+//! choices are the reference implementation's; the f32 rounding order differs from torch's
+//! `bmm`, which only matters for near-ties closer than ~1e-6 (the golden test keeps its cases
+//! clear of those).
 
 use crate::kernels::{dot_fast, dots};
 
@@ -24,8 +25,8 @@ pub struct FpsScratch {
     selected: Vec<usize>,
 }
 
-/// Cosine furthest-point sampling exactly like the reference implementation's _farthest_point_sampling for one
-/// (batch, head) group: points: n rows of dim floats (row-major). Returns k indices (in
+/// Cosine furthest-point sampling exactly like the reference implementation's
+/// `_farthest_point_sampling` for one (batch, head) group: points: n rows of dim floats (row-major). Returns k indices (in
 /// selection order). If n <= k returns 0..n.
 /// Start = argmin of mean cosine similarity; then greedily argmin of running max similarity.
 /// Ties: lowest index (torch argmin).
@@ -72,7 +73,7 @@ pub fn farthest_point_sampling_in<'s>(
     &scratch.selected
 }
 
-/// The seed's loop from `start`: keep each point's highest similarity to anything selected
+/// The reference implementation's greedy loop from `start`: keep each point's highest similarity to anything selected
 /// and take the point where that is lowest; k-1 times.
 fn greedy(
     unit: &[f32],

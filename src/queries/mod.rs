@@ -1,8 +1,8 @@
 //! Per-sequence store of pre-RoPE attention queries, per layer and query head.
 //!
 //! Two views are kept, each only when its policy needs it:
-//! - the *continual FPS buffer* of the reference implementation: `n_beacons + n_recent` slots; every new query is
-//!   appended with its position and, when the buffer is full, farthest point sampling over the
+//! - the *continual FPS buffer* of the reference implementation: `n_beacons + n_recent` slots;
+//!   every new query is appended with its position and, when the buffer is full, farthest point sampling over the
 //!   whole buffer keeps `n_beacons` of them as beacons and empties the recent slots. Prompt queries
 //!   stream in the same way, so the first beacons come from the prompt. Beacons carry no position:
 //!   they are rotated to the scoring position. Recent slots keep theirs.
@@ -13,7 +13,7 @@
 
 pub mod fps;
 
-use crate::persist::{ReadResult, Reader, Writer};
+use crate::persist::codec::{ReadResult, Reader, Writer};
 use crate::queries::fps::{farthest_point_sampling_in, FpsScratch};
 
 /// Buffers of a beacon refresh, shared by every store of a context (one refresh runs at a

@@ -3,8 +3,8 @@
 //! llama.cpp shares a cell between all layers and heads, so eviction is per token; how the
 //! per-head opinions are combined is a quality lever (see docs/design.md).
 
+use super::rows::{fold_column_max, ScoreRows};
 use crate::config::Reduce;
-use crate::scoring::{fold_column_max, ScoreRows};
 
 /// Scratch reused between passes.
 #[derive(Debug, Default)]

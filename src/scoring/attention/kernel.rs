@@ -1,19 +1,8 @@
-//! The query-driven scorers, `beacon` and `recent`, and their shared kernel: per layer and kv
-//! head, the largest scaled attention logit any of the group's queries gives each cell.
-//!
-//! - `beacon` (the method): FPS beacons rotated to the scoring position plus the recent queries of
-//!   the FPS buffer at their own positions.
-//! - `recent` (the RPC / R-KV / SnapKV-at-decode family): the last `n_recent` queries only, each
-//!   at its own position.
-//!
-//! Queries are prepared once per pass into one contiguous matrix per layer (rotated to their
-//! scoring position, Hadamard-rotated like the stored K, scaled by 1/sqrt(head_dim)); each K row
-//! is then read and dequantised once and dotted against every query of its group, 16 cells at a
-//! time (`simd::max_dot_tile`; `simd::dot_tile_all` when `score=prob` needs every logit). When
-//! the pass only needs to know which cells are lowest, `run_pruned` stops scoring cells that can
-//! no longer be among them.
+//! The attention kernel: per layer and kv head, the largest scaled logit any query of the
+//! group gives each cell, each archived key, or (as a bound) each archived page's key box; and
+//! pruned passes, which stop scoring cells that provably rank above the lowest ones.
 
-use super::{fold_column_max, PageSummary, ScoreCtx, ScoreError, ScoreRows, Scorer};
+use super::sources::{queries_per_head, QuerySource};
 use crate::ggml::dequant::read_k_row;
 use crate::ggml::hadamard::hadamard_inplace;
 use crate::ggml::rope::RotationMemo;
@@ -23,130 +12,11 @@ use crate::kernels::{
     transpose_tile, LANE_KEYS, QUERY_LANES, TILE,
 };
 use crate::queries::LayerQueries;
+use crate::scoring::{fold_column_max, ScoreCtx, ScoreError, ScoreRows};
 
-/// Calls `each(pre_rope_query, scoring_position)` for every query of head `h` that a policy
-/// scores with (`m_pos` is the sequence's scoring position).
-pub type QuerySource = fn(&LayerQueries, usize, i32, &mut dyn FnMut(&[f32], i32));
-
-/// A policy scoring with captured queries: the kernel plus which queries it reads.
-pub struct QueryScorer {
-    kernel: AttentionKernel,
-    source: QuerySource,
-}
-
-impl QueryScorer {
-    pub fn beacon() -> Self {
-        QueryScorer {
-            kernel: AttentionKernel::default(),
-            source: beacon_queries,
-        }
-    }
-
-    pub fn recent() -> Self {
-        QueryScorer {
-            kernel: AttentionKernel::default(),
-            source: recent_queries,
-        }
-    }
-}
-
-impl Scorer for QueryScorer {
-    fn score(
-        &mut self,
-        ctx: &ScoreCtx,
-        host: &mut dyn Host,
-        rows: &mut ScoreRows,
-    ) -> Result<(), ScoreError> {
-        self.kernel.run(ctx, host, rows, self.source)
-    }
-
-    fn page_bounds(
-        &mut self,
-        ctx: &ScoreCtx,
-        n_pages: usize,
-        summary: &PageSummary,
-        rows: &mut ScoreRows,
-    ) -> bool {
-        self.kernel
-            .page_bound_rows(ctx, positioned_queries, n_pages, summary, rows);
-        true
-    }
-
-    fn extra_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) -> bool {
-        self.kernel.extra_rows(ctx, positioned_queries, rows);
-        true
-    }
-
-    fn cell_rows(
-        &mut self,
-        ctx: &ScoreCtx,
-        host: &mut dyn Host,
-        rows: &mut ScoreRows,
-    ) -> Result<bool, ScoreError> {
-        rows.reset(ctx.cells.len());
-        let ctx = ScoreCtx {
-            prob: false,
-            extra: None,
-            prune_evict: None,
-            ..*ctx
-        };
-        self.kernel.run(&ctx, host, rows, positioned_queries)?;
-        Ok(true)
-    }
-
-    fn raw_max(&self) -> Option<&[f32]> {
-        let raw = &self.kernel.raw_max;
-        (!raw.is_empty()).then_some(raw.as_slice())
-    }
-}
-
-/// Positioned queries the archive's recall reads: the newest few, so that a check costs little
-/// whatever `recent` is.
-pub const RECALL_QUERIES: usize = 4;
-
-/// The `RECALL_QUERIES` newest queries that carry a position (the ring, else the FPS buffer's
-/// recent slots), each at its own position.
-fn positioned_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
-    let (ring, ring_pos) = l.ring(h);
-    let (qs, pos) = if ring_pos.is_empty() {
-        l.recent(h)
-    } else {
-        (ring, ring_pos)
-    };
-    // the k largest positions (n <= recent, k small: a selection pass per pick is enough)
-    let mut last = i32::MAX;
-    for _ in 0..RECALL_QUERIES.min(pos.len()) {
-        let Some(i) = (0..pos.len())
-            .filter(|&i| pos[i] < last)
-            .max_by_key(|&i| pos[i])
-        else {
-            break;
-        };
-        last = pos[i];
-        let d = l.head_dim();
-        each(&qs[i * d..(i + 1) * d], pos[i]);
-    }
-}
-
-/// `beacon`: the beacons at the scoring position, then the recent queries at their own.
-fn beacon_queries(l: &LayerQueries, h: usize, m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
-    let d = l.head_dim();
-    for q in l.beacons(h).chunks_exact(d) {
-        each(q, m_pos);
-    }
-    let (qs, pos) = l.recent(h);
-    for (q, &p) in qs.chunks_exact(d).zip(pos) {
-        each(q, p);
-    }
-}
-
-/// `recent`: the ring of the last queries, each at its own position.
-fn recent_queries(l: &LayerQueries, h: usize, _m_pos: i32, each: &mut dyn FnMut(&[f32], i32)) {
-    let (qs, pos) = l.ring(h);
-    for (q, &p) in qs.chunks_exact(l.head_dim()).zip(pos) {
-        each(q, p);
-    }
-}
+/// A page's key summary for scored layer `li`: the element-wise box of its keys as (centre,
+/// radius), `n_head_kv * head_dim` values each (see `archive/`).
+pub type PageSummary<'s> = dyn Fn(usize, usize) -> (&'s [f32], &'s [f32]) + 's;
 
 /// K row of `cell`, kv head `g`, dequantised straight from the layer's tensor into `dst`.
 fn read_direct(ctx: &ScoreCtx, layer: &LayerDesc, cell: u32, g: usize, dst: &mut [f32]) {
@@ -182,7 +52,7 @@ pub struct AttentionKernel {
     /// `[query][TILE]` of one tile (or one archived key's, per query).
     logits: Vec<f32>,
     tile_logits: Vec<f32>,
-    /// Probability scoring: each column's largest raw logit over the pass (`Scorer::raw_max`);
+    /// Probability scoring: each column's largest raw logit over the pass (`raw_max`);
     /// empty after a pass that scored logits.
     raw_max: Vec<f32>,
     /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
@@ -217,6 +87,12 @@ struct Pruning {
 }
 
 impl AttentionKernel {
+    /// After a `run` with `ctx.prob`: each column's largest raw logit over the pass's rows and
+    /// queries; `None` after a pass that scored logits.
+    pub fn raw_max(&self) -> Option<&[f32]> {
+        (!self.raw_max.is_empty()).then_some(self.raw_max.as_slice())
+    }
+
     /// Fill `queries` for one layer; returns the number of queries per kv-head group.
     fn prepare_queries(
         &mut self,
@@ -604,7 +480,7 @@ impl AttentionKernel {
 /// kv head into `k_tile` (`[kv head][dim][TILE]`) for the tile kernels: read through the tensor
 /// pointer, or copied from `k_rows` (every listed cell's rows, fetched through the host) when the
 /// layer is not `k_direct`. `staging` holds the rows before the transposition.
-fn load_tile(
+pub(super) fn load_tile(
     ctx: &ScoreCtx,
     layer: &LayerDesc,
     tile: &[u32],
@@ -649,11 +525,4 @@ fn log_probabilities(logits: &[f32], (n, n_kv, per_group): (usize, usize, usize)
                 .for_each(|(b, &v)| *b = b.max(v - lse));
         }
     }
-}
-
-/// How many queries `source` gives each head of a layer.
-fn queries_per_head(lq: &LayerQueries, m_pos: i32, source: QuerySource) -> usize {
-    let mut n = 0;
-    source(lq, 0, m_pos, &mut |_, _| n += 1);
-    n
 }
