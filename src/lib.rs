@@ -4,6 +4,7 @@
 //! patched llama.cpp calls from its decode loop. See README.md and docs/.
 
 pub mod archive;
+mod codec;
 pub mod config;
 pub mod engine;
 pub mod ffi;

@@ -8,7 +8,7 @@
 //! `n` tokens occurred earlier in the sequence, the tokens that followed that earlier
 //! occurrence are the ones the next steps read again.
 
-use crate::persist::codec::{Reader, Writer};
+use crate::codec::{Reader, Writer};
 
 /// A position whose token is not known (never seen, removed, or a batch of embeddings).
 const UNKNOWN: i32 = i32::MIN;

@@ -6,12 +6,11 @@
 //!
 //! Format (little endian): magic `BKVS`, version, then fields in a fixed order (`seq_state.rs`).
 //! Loading checks the magic, the version and that the layer shapes match the context's; nothing
-//! is changed on error. `codec.rs` holds the value encoding every part uses.
+//! is changed on error. Values are encoded by `crate::codec`, which the archive and the query
+//! stores use for their own parts.
 
-pub mod codec;
 mod seq_state;
 
-pub use codec::{ReadResult, Reader, Writer};
 pub use seq_state::{load_seq, save_seq, SavedSeq, SeqParts};
 
 pub const MAGIC: &[u8; 4] = b"BKVS";

@@ -13,7 +13,7 @@
 
 pub mod fps;
 
-use crate::persist::codec::{ReadResult, Reader, Writer};
+use crate::codec::{ReadResult, Reader, Writer};
 use crate::queries::fps::{farthest_point_sampling_in, FpsScratch};
 
 /// Buffers of a beacon refresh, shared by every store of a context (one refresh runs at a

@@ -1,5 +1,5 @@
 //! The byte codec of saved state: little-endian values and length-prefixed arrays, every read
-//! bounds-checked. A leaf: the archive and the query stores save their parts with it.
+//! bounds-checked. A leaf: `persist`, the archive and the query stores encode with it.
 
 /// Appends values to a byte buffer.
 #[derive(Default)]
