@@ -21,11 +21,14 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use parking_lot::Mutex;
 
-use crate::config::{flag_for_key, ArchiveType, ConfigError, Params, Policy, Prefix, Reduce};
+use crate::config::{flag_for_key, ConfigError, Params, Policy};
+
+mod params;
 use crate::engine::{Engine, EngineError};
 use crate::ggml::types::{self as ggml_types, GgmlType};
 use crate::host::{Host, RawLayer};
 use crate::sizing::{kv_bytes_per_token, max_slack, physical_cells, ModelDesc};
+pub use params::C_DEFAULTS;
 
 pub const BEACONKV_OK: i32 = 0;
 pub const BEACONKV_ERR_NULL: i32 = -1;
@@ -548,143 +551,6 @@ pub struct beaconkv_context {
 pub unsafe fn debug_panic_next_call(ctx: *mut beaconkv_context) {
     if let Some(ctx) = ctx.as_ref() {
         ctx.inner.lock().panic_next = true;
-    }
-}
-
-/// `beaconkv_params_default()`, spelled out so that it is a constant (and the failure value of
-/// that export); a unit test keeps it equal to `Params::default()`.
-pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
-    policy: Policy::Beacon as i32,
-    budget: 1024,
-    budget_min: 0,
-    n_beacons: 16,
-    n_recent: 16,
-    window: 64,
-    prefix: -1,
-    reduce: Reduce::Max as i32,
-    span: 1,
-    q_capacity: 64,
-    seed: 42,
-    read_copy: 0,
-    score: 0,
-    prefix_max: 0,
-    archive: 0,
-    archive_type: 0,
-    page: 16,
-    recall_every: 4,
-    recall_margin: 2.0,
-    recall_match: 8,
-};
-
-impl beaconkv_params {
-    /// The C form of `p`.
-    pub fn from_params(p: &Params) -> Self {
-        beaconkv_params {
-            policy: p.policy as i32,
-            budget: p.budget as i32,
-            budget_min: p.budget_min as i32,
-            n_beacons: p.n_beacons as i32,
-            n_recent: p.n_recent as i32,
-            window: p.window as i32,
-            prefix: match p.prefix {
-                Prefix::Prompt => -1,
-                Prefix::First(n) => n as i32,
-            },
-            reduce: p.reduce as i32,
-            span: p.span as i32,
-            q_capacity: p.q_capacity as i32,
-            seed: p.seed,
-            read_copy: p.read_copy as i32,
-            score: p.score_prob as i32,
-            prefix_max: p.prefix_max as i32,
-            archive: p.archive as i32,
-            archive_type: p.archive_type as i32,
-            page: p.page as i32,
-            recall_every: p.recall_every as i32,
-            recall_margin: p.recall_margin(),
-            recall_match: p.recall_match as i32,
-        }
-    }
-
-    /// The Rust form, validated; errors name the field's spec key.
-    pub fn to_params(&self) -> Result<Params, ConfigError> {
-        let err = |key: &str, msg: String| ConfigError {
-            key: key.into(),
-            message: msg,
-        };
-        let uint = |key: &str, v: i32| {
-            usize::try_from(v).map_err(|_| {
-                err(
-                    key,
-                    format!("{v} is negative; allowed range 0..={}", i32::MAX),
-                )
-            })
-        };
-        let p = Params {
-            policy: Policy::from_id(self.policy).ok_or_else(|| {
-                err(
-                    "policy",
-                    format!("{} is not a policy id; allowed 0..=4", self.policy),
-                )
-            })?,
-            budget: uint("budget", self.budget)?,
-            budget_min: uint("min", self.budget_min)?,
-            n_beacons: uint("beacons", self.n_beacons)?,
-            n_recent: uint("recent", self.n_recent)?,
-            window: uint("window", self.window)?,
-            prefix: match self.prefix {
-                -1 => Prefix::Prompt,
-                n => Prefix::First(uint("prefix", n).map_err(|e| ConfigError {
-                    message: format!("{} (or -1 = prompt)", e.message),
-                    ..e
-                })?),
-            },
-            prefix_max: uint("prefix_max", self.prefix_max)?,
-            reduce: Reduce::from_id(self.reduce).ok_or_else(|| {
-                err(
-                    "reduce",
-                    format!("{} is not a reduction id; allowed 0..=2", self.reduce),
-                )
-            })?,
-            span: uint("span", self.span)?,
-            q_capacity: uint("qcap", self.q_capacity)?,
-            seed: self.seed,
-            read_copy: match self.read_copy {
-                0 => false,
-                1 => true,
-                v => return Err(err("read", format!("{v} is not 0 (auto) or 1 (copy)"))),
-            },
-            score_prob: match self.score {
-                0 => false,
-                1 => true,
-                v => return Err(err("score", format!("{v} is not 0 (logit) or 1 (prob)"))),
-            },
-            archive: uint("archive", self.archive)?,
-            archive_type: ArchiveType::from_id(self.archive_type).ok_or_else(|| {
-                err(
-                    "archive_type",
-                    format!(
-                        "{} is not an archive type id; allowed 0..=2",
-                        self.archive_type
-                    ),
-                )
-            })?,
-            page: uint("page", self.page)?,
-            recall_every: uint("recall_every", self.recall_every)?,
-            recall_margin_centi: {
-                let m = self.recall_margin;
-                if !(0.0..=1000.0).contains(&m) {
-                    return Err(err(
-                        "recall_margin",
-                        format!("{m} is out of range; allowed range 0..=1000"),
-                    ));
-                }
-                (m * 100.0).round() as usize
-            },
-            recall_match: uint("recall_match", self.recall_match)?,
-        };
-        p.validate()?;
-        Ok(p)
     }
 }
 
@@ -1380,12 +1246,6 @@ pub unsafe extern "C" fn beaconkv_last_error_copy(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn c_defaults_are_the_rust_defaults() {
-        assert_eq!(C_DEFAULTS, beaconkv_params::from_params(&Params::default()));
-        assert_eq!(C_DEFAULTS.to_params().unwrap(), Params::default());
-    }
 
     #[test]
     fn last_error_truncates_at_a_character_boundary() {
