@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 4
+#define BEACONKV_ABI_VERSION 5
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -50,9 +50,7 @@ typedef enum beaconkv_status {
     BEACONKV_ERR_NULL     = -1, /* a required pointer was NULL                                  */
     BEACONKV_ERR_INVALID  = -2, /* bad argument or configuration value (message names the key)  */
     BEACONKV_ERR_HOST     = -3, /* a host callback failed (beaconkv_last_error says which)      */
-    BEACONKV_ERR_PANIC    = -4, /* internal panic caught; the context is in fallback mode       */
-    BEACONKV_ERR_DISABLED = -5, /* reserved: no function returns it (contexts never stop evicting) */
-    BEACONKV_ERR_NO_ROOM  = -6  /* reserved: no function returns it (see beaconkv_before_batch)  */
+    BEACONKV_ERR_PANIC    = -4  /* internal panic caught; the context is in fallback mode       */
 } beaconkv_status;
 
 /* Compression policy: every policy is a scorer; selection and eviction are shared. */

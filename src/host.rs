@@ -1,41 +1,11 @@
 //! The host side of the seam: what the engine needs from the program that owns the KV cache.
 //!
-//! `RawLayer` is the C layout of `beaconkv_layer`; `Host` is the Rust view of `beaconkv_host`,
-//! implemented over the C function pointers in `ffi.rs` and by fake hosts in tests.
+//! `RawLayer` is `beaconkv_layer`; `Host` is the Rust view of `beaconkv_host`, implemented over
+//! the C function pointers in `ffi/host_adapter.rs` and by fake hosts in tests.
 
-use std::os::raw::c_void;
-
-/// `beaconkv_layer`, exactly as the C header declares it.
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct RawLayer {
-    pub il: i32,
-    pub head_dim: i32,
-    pub n_head: i32,
-    pub n_head_kv: i32,
-    pub k_data: *const c_void,
-    pub k_type: i32,
-    pub k_nb1: usize,
-    pub k_nb2: usize,
-    pub k_on_host: bool,
-    pub q_data: *const c_void,
-    pub q_nb1: usize,
-    pub q_on_host: bool,
-    pub rope_n_dims: i32,
-    pub rope_mode: i32,
-    pub rope_n_ctx_orig: i32,
-    pub freq_base: f32,
-    pub freq_scale: f32,
-    pub ext_factor: f32,
-    pub attn_factor: f32,
-    pub beta_fast: f32,
-    pub beta_slow: f32,
-    pub freq_factors: *const f32,
-    pub hadamard_n: i32,
-    pub kv_bytes_per_cell: u64,
-    pub v_type: i32,
-    pub v_dim: i32,
-}
+/// `beaconkv_layer`: one attention layer as the host describes it (declared in `ffi/types.rs`,
+/// the ABI's one copy of the struct).
+pub use crate::ffi::types::beaconkv_layer as RawLayer;
 
 impl Default for RawLayer {
     fn default() -> Self {

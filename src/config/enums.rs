@@ -31,6 +31,18 @@ macro_rules! named_enum {
                 }
             }
 
+            /// The spec name as a C string (static storage).
+            pub fn c_name(self) -> &'static std::ffi::CStr {
+                match self {
+                    $( $name::$variant => const {
+                        match std::ffi::CStr::from_bytes_with_nul(concat!($text, "\0").as_bytes()) {
+                            Ok(s) => s,
+                            Err(_) => panic!("a spec name holds a NUL"),
+                        }
+                    }, )+
+                }
+            }
+
             /// The variant spelled `name` in a spec, if any (case-sensitive).
             pub fn from_name(name: &str) -> Option<Self> {
                 Self::ALL.into_iter().find(|v| v.name() == name)

@@ -6,7 +6,7 @@ use crate::config::{
     Rule,
 };
 
-use super::beaconkv_params;
+use super::types::beaconkv_params;
 
 /// `beaconkv_params_default()`, spelled out so that it is a constant (and the failure value of
 /// that export); a unit test keeps it equal to `Params::default()`.
