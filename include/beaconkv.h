@@ -318,13 +318,13 @@ int32_t beaconkv_params_format(const beaconkv_params * params, char * buf, size_
 /* Name of a policy ("none", "beacon", ...), static storage; "unknown" for bad values. */
 const char * beaconkv_policy_name(int32_t policy);
 
+/* ---- sizing the host's cache ------------------------------------------------------------- */
+
 /* K+V bytes one token costs for the given model description (0 on bad input). */
 uint64_t beaconkv_kv_bytes_per_token(const beaconkv_model_desc * desc);
 
 /* Bytes of one row of n values of ggml type `type` (0 if the type is unknown). */
 uint64_t beaconkv_row_size(int32_t type, int64_t n);
-
-/* ---- sizing the host's cache ------------------------------------------------------------- */
 
 /* Largest n_ubatch the host should use with params: a ubatch must fit in the slack the physical
  * cache has beyond the budgets (every token of a decode call is placed before any is computed, and

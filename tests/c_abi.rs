@@ -92,8 +92,9 @@ fn c_program_drives_every_policy() {
     run_capi(Command::new(&exe), "test_capi");
 }
 
-/// Decode steps per policy under valgrind (the default 2000 takes minutes over a debug build);
-/// still past the budget of 256 with the 100-token prompt, so every policy compresses often.
+/// Decode steps per policy under valgrind, fewer than the program's default of 2000 because
+/// valgrind runs a debug build many times slower; still past the budget of 256 with the
+/// 100-token prompt, so every policy compresses often.
 const VALGRIND_STEPS: &str = "300";
 /// Decode steps per policy under ASan + UBSan.
 const ASAN_STEPS: &str = "1000";
@@ -162,8 +163,8 @@ fn c_program_is_clean_under_asan_and_ubsan() {
             "detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=98",
         )
         // Leaks are checked at exit, when no frame should hold a heap pointer: do not let
-        // stale stack slots or registers hide a leaked context (they did, in a check with a
-        // deliberately leaked context that valgrind reported and LeakSanitizer by default missed).
+        // stale stack slots or registers hide a leaked context (LeakSanitizer scans them by
+        // default, and then can miss a leaked context that valgrind reports).
         .env("LSAN_OPTIONS", "use_stacks=0:use_registers=0")
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .env_remove("LD_PRELOAD");

@@ -1,4 +1,4 @@
-//! Compression settings (`Params`, mirrored by `beaconkv_params`), the spec-string parser and its canonical form.
+//! Compression settings (`Params`), their spec-string form and their checks.
 //!
 //! Spec grammar: comma-separated `key=value` items, whitespace around items tolerated, keys
 //! case-sensitive; a bare item that names a policy means `policy=<name>`. Every error names the

@@ -110,8 +110,8 @@ fn error_paths_name_the_key() {
     assert_names("budget=99999999999", "budget");
 }
 
-/// Found by the `spec_parser` fuzzer: "=5" was reported as "beaconkv: : unknown key", an
-/// error that names no key.
+/// An empty key ("=5") is named by its whole item, so that no message reads "beaconkv: : ...",
+/// naming no key.
 #[test]
 fn empty_key_names_the_item() {
     for spec in ["=5", "budget=512, =5", " = "] {

@@ -122,7 +122,7 @@ impl KeyValue for usize {
     }
 }
 
-/// The seed (`uint64_t` in C): any value.
+/// The random policy's seed (`uint64_t` in C): any value.
 impl KeyValue for u64 {
     type C = u64;
 
