@@ -619,3 +619,64 @@ fn header_flag_list_is_the_key_tables() {
         "the header names the flag of the other keys"
     );
 }
+
+/// docs/flags.md documents every key once (its "Spec keys" table) and the flag of each key that
+/// has one (its "Flags" table); both must be the key table's.
+#[test]
+fn flags_doc_lists_the_key_tables_keys_and_flags() {
+    let doc = read("docs/flags.md");
+    let cell = |row: &str, i: usize| -> Option<String> {
+        let c = row.split('|').nth(i + 1)?.trim();
+        Some(c.strip_prefix('`')?.split(['`', ' ']).next()?.to_string())
+    };
+    let mut flags = BTreeMap::new();
+    let mut keys = Vec::new();
+    for row in doc.lines().filter(|l| l.starts_with("| `")) {
+        let row = &row.replace("\\|", "/"); // an escaped `|` inside a cell
+        let first = cell(row, 0).unwrap();
+        if first.starts_with("--kv-") {
+            // | `--kv-x N` | env | `key` | ...: keys of their own only (not `any`, not `–`)
+            if let Some(key) = cell(row, 2).filter(|k| KEYS.contains(&k.as_str())) {
+                flags.insert(key, first);
+            }
+        } else if row.split('|').count() == 6 {
+            // | `key` | default | range | meaning |
+            keys.push(first);
+        }
+    }
+    let table: BTreeMap<String, String> = KEY_FLAGS
+        .iter()
+        .filter_map(|(k, f)| f.map(|f| (k.to_string(), f.to_string())))
+        .collect();
+    assert_eq!(
+        flags, table,
+        "docs/flags.md Flags table (left) vs config/keys.rs (right)"
+    );
+    keys.sort();
+    let mut all: Vec<String> = KEYS.iter().map(|k| k.to_string()).collect();
+    all.sort();
+    assert_eq!(
+        keys, all,
+        "docs/flags.md Spec keys table (left) vs config/keys.rs (right)"
+    );
+}
+
+/// The help of `--kv-compress-spec` (cpp/llama/common/kv-compress.cpp) lists every key.
+#[test]
+fn spec_flag_help_lists_every_key() {
+    let glue = read("cpp/llama/common/kv-compress.cpp");
+    let start = glue
+        .find("(policy, ")
+        .expect("the key list of --kv-compress-spec")
+        + 1;
+    let end = start + glue[start..].find("; see beaconkv.h").unwrap();
+    let listed: Vec<&str> = glue[start..end].split(", ").collect();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    let mut all = KEYS.to_vec();
+    all.sort();
+    assert_eq!(
+        sorted, all,
+        "--kv-compress-spec help (left) vs config/keys.rs (right)"
+    );
+}

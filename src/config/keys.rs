@@ -3,10 +3,11 @@
 //! the canonical spec string, each key's own range check, the C conversion
 //! (`ffi/params.rs`) and [`flag_for_key`].
 //!
-//! Adding a key: one entry below (its doc comment is the field's), its `beaconkv_params` field
-//! in `include/beaconkv.h` and `ffi/types.rs` (the layout test in `tests/c_abi.rs` keeps those two
-//! equal), its C default in `ffi/params.rs` (a unit test keeps it equal to this default), and its
-//! row in docs/flags.md.
+//! Adding a key: one entry below (its doc comment is the `Params` field's) and its field in
+//! `include/beaconkv.h`. The checks then name each remaining edit: the layout test
+//! (`tests/c_abi.rs`) wants the same field in `ffi/types.rs`, the compiler its C default in
+//! `ffi/params.rs` (a unit test keeps that equal to the default here), and `tests/c_abi.rs` its
+//! row in docs/flags.md and its name in the `--kv-compress-spec` help of the C++ glue.
 
 use super::value::{KeyValue, Rule};
 use super::{ConfigError, Params};

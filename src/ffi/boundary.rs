@@ -128,6 +128,16 @@ pub unsafe fn write_c_str(buf: *mut c_char, len: usize, msg: &str) {
     *buf.add(n) = 0;
 }
 
+/// Pre-fill a caller's error buffer with the message a caught panic leaves there: an export
+/// that reports through `err` calls this first and overwrites the text on every path it returns
+/// by afterwards, so the text stays only when its body panicked.
+///
+/// # Safety
+/// As [`write_c_str`].
+pub unsafe fn preset_panic_message(err: *mut c_char, len: usize, call: &str) {
+    write_c_str(err, len, &format!("beaconkv: internal panic in {call}"));
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()

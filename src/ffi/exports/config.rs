@@ -6,14 +6,9 @@
 use std::ffi::{c_char, CStr};
 
 use crate::config::{flag_for_key, ConfigError, Params, Policy};
-use crate::ffi::boundary::{boundary, clamp_len, write_c_str, Arg};
+use crate::ffi::boundary::{boundary, clamp_len, preset_panic_message, write_c_str, Arg};
 use crate::ffi::params::C_DEFAULTS;
 use crate::ffi::types::{beaconkv_params, BEACONKV_ERR_INVALID, BEACONKV_OK};
-
-/// Pre-fill a caller's error buffer with the message a caught panic leaves there.
-pub(crate) unsafe fn preset_panic_message(err: *mut c_char, len: usize, call: &str) {
-    write_c_str(err, len, &format!("beaconkv: internal panic in {call}"));
-}
 
 /// Status of a configuration check; the message (prefixed by `lead` when given, or "") goes to
 /// the caller's `err` buffer.

@@ -6,9 +6,10 @@ use std::ffi::c_char;
 
 use crate::config::Policy;
 use crate::engine::Engine;
-use crate::ffi::boundary::{boundary, with_context, write_c_str, Arg, OnPanic};
+use crate::ffi::boundary::{
+    boundary, preset_panic_message, with_context, write_c_str, Arg, OnPanic,
+};
 use crate::ffi::context::{beaconkv_context, Inner};
-use crate::ffi::exports::config::preset_panic_message;
 use crate::ffi::host_adapter::CHost;
 use crate::ffi::types::{beaconkv_host, beaconkv_params, BEACONKV_OK};
 use crate::host::Host;
