@@ -1,6 +1,6 @@
 //! Per-sequence counters (`beaconkv_stats`), their totals, and their C form.
 //!
-//! The counters are declared once, in [`seq_stats!`]: it generates `SeqStats`, its zero value,
+//! The counters are declared once, in `seq_stats!`: it generates `SeqStats`, its zero value,
 //! how totals combine each counter, and the copy into `beaconkv_stats` (whose field list the
 //! compiler then holds to the same names).
 

@@ -10,9 +10,9 @@
 //! - `params.rs`: `beaconkv_params` ↔ `Params`, from the key table of `config`;
 //! - `exports/`: the functions, one file per section of the header.
 
-pub mod boundary;
+mod boundary;
 mod context;
-pub mod exports;
+mod exports;
 mod host_adapter;
 mod last_error;
 mod params;

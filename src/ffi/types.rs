@@ -1,7 +1,7 @@
 //! The only Rust copy of every struct and constant of `include/beaconkv.h`, field for field.
 //!
-//! The structs are declared through [`abi_structs!`] and the constants through
-//! [`abi_constants!`], which also list them in [`STRUCTS`] and [`CONSTANTS`]: the layout test
+//! The structs are declared through `abi_structs!` and the constants through
+//! `abi_constants!`, which also list them in [`STRUCTS`] and [`CONSTANTS`]: the layout test
 //! (`tests/c_abi.rs`) compiles the header and compares it with these lists in both directions, so
 //! a field or constant added on one side only fails it.
 
