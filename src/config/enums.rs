@@ -133,6 +133,14 @@ pub enum Prefix {
 }
 
 impl Prefix {
+    /// The C form: -1 for `Prompt`, else the count.
+    pub const fn c_value(self) -> i32 {
+        match self {
+            Prefix::Prompt => -1,
+            Prefix::First(n) => n as i32,
+        }
+    }
+
     /// The numeric part (0 for `Prompt`, whose length is capped at run time).
     pub fn cells(self) -> usize {
         match self {

@@ -1,13 +1,12 @@
 //! The key table: every spec key once, with its `Params` field, type, default, rule, its
 //! `beaconkv_params` field and its command-line flag. It drives the `Params` struct, parsing,
-//! the canonical spec string, each key's own range check, the C conversion
+//! the canonical spec string, each key's own range check, the C conversion and C defaults
 //! (`ffi/params.rs`) and [`flag_for_key`].
 //!
 //! Adding a key: one entry below (its doc comment is the `Params` field's) and its field in
 //! `include/beaconkv.h`. The checks then name each remaining edit: the layout test
-//! (`tests/c_abi.rs`) wants the same field in `ffi/types.rs`, the compiler its C default in
-//! `ffi/params.rs` (a unit test keeps that equal to the default here), and `tests/c_abi.rs` its
-//! row in docs/flags.md and its name in the `--kv-compress-spec` help of the C++ glue.
+//! (`tests/c_abi.rs`) wants the same field in `ffi/types.rs`, and `tests/c_abi.rs` the key's row
+//! in docs/flags.md and its name in the `--kv-compress-spec` help of the C++ glue.
 
 use super::value::{KeyValue, Rule};
 use super::{ConfigError, Params};

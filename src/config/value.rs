@@ -216,10 +216,7 @@ impl KeyValue for Prefix {
     }
 
     fn to_c(self) -> i32 {
-        match self {
-            Prefix::Prompt => -1,
-            Prefix::First(n) => n as i32,
-        }
+        self.c_value()
     }
 
     fn from_c(key: &str, c: i32, rule: Rule) -> Result<Self, ConfigError> {
@@ -244,8 +241,8 @@ impl Hundredths {
     /// Largest value: 1000 in whole units.
     pub const MAX: Hundredths = Hundredths(100_000);
 
-    /// The value in whole units.
-    pub fn get(self) -> f32 {
+    /// The value in whole units (its C form).
+    pub const fn get(self) -> f32 {
         self.0 as f32 / 100.0
     }
 }

@@ -1,5 +1,5 @@
-//! `beaconkv_params` ↔ `Params`, generated from the key table: each field goes through its
-//! key's [`KeyValue`] conversion, so ranges and messages are the spec form's.
+//! `beaconkv_params` ↔ `Params` and the C defaults, generated from the key table: each field
+//! goes through its key's [`KeyValue`] conversion, so ranges and messages are the spec form's.
 
 use crate::config::{
     for_each_key, ArchiveType, ConfigError, Hundredths, KeyValue, Params, Policy, Prefix, Reduce,
@@ -8,37 +8,41 @@ use crate::config::{
 
 use super::types::beaconkv_params;
 
-/// `beaconkv_params_default()`, spelled out so that it is a constant (and the failure value of
-/// that export); a unit test keeps it equal to `Params::default()`.
-pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
-    policy: Policy::Beacon as i32,
-    budget: 1024,
-    budget_min: 0,
-    n_beacons: 16,
-    n_recent: 16,
-    window: 64,
-    prefix: -1,
-    reduce: Reduce::Max as i32,
-    span: 1,
-    q_capacity: 64,
-    seed: 42,
-    read_copy: 0,
-    score: 0,
-    prefix_max: 0,
-    archive: 0,
-    archive_type: ArchiveType::Same as i32,
-    page: 16,
-    recall_every: 4,
-    recall_margin: 2.0,
-    recall_match: 8,
-};
+/// A key's default in its C form, in const context: the conversion of `KeyValue::to_c` for
+/// each value kind (a unit test keeps the two equal), so that the C defaults are a constant (the
+/// failure value of `beaconkv_params_default`).
+macro_rules! const_to_c {
+    (usize, $v:expr) => {
+        $v as i32
+    };
+    (u64, $v:expr) => {
+        $v
+    };
+    (bool, $v:expr) => {
+        $v as i32
+    };
+    (Prefix, $v:expr) => {
+        $v.c_value()
+    };
+    (Hundredths, $v:expr) => {
+        $v.get()
+    };
+    ($named_enum:ident, $v:expr) => {
+        $v as i32
+    };
+}
 
 macro_rules! c_conversion {
     ($(
         $(#[$attr:meta])*
-        $key:literal => $field:ident: $ty:ty = $default:expr,
+        $key:literal => $field:ident: $ty:ident = $default:expr,
             c $c:ident, flag $flag:expr, rule $rule:expr;
     )*) => {
+        /// `beaconkv_params_default()`: `Params::DEFAULT` in its C form.
+        pub const C_DEFAULTS: beaconkv_params = beaconkv_params {
+            $( $c: const_to_c!($ty, Params::DEFAULT.$field), )*
+        };
+
         impl beaconkv_params {
             /// The C form of `p` (exact for every valid `p`).
             pub fn from_params(p: &Params) -> Self {
