@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 4
+#define BEACONKV_ABI_VERSION 5
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -50,9 +50,7 @@ typedef enum beaconkv_status {
     BEACONKV_ERR_NULL     = -1, /* a required pointer was NULL                                  */
     BEACONKV_ERR_INVALID  = -2, /* bad argument or configuration value (message names the key)  */
     BEACONKV_ERR_HOST     = -3, /* a host callback failed (beaconkv_last_error says which)      */
-    BEACONKV_ERR_PANIC    = -4, /* internal panic caught; the context is in fallback mode       */
-    BEACONKV_ERR_DISABLED = -5, /* reserved: no function returns it (contexts never stop evicting) */
-    BEACONKV_ERR_NO_ROOM  = -6  /* reserved: no function returns it (see beaconkv_before_batch)  */
+    BEACONKV_ERR_PANIC    = -4  /* internal panic caught; the context is in fallback mode       */
 } beaconkv_status;
 
 /* Compression policy: every policy is a scorer; selection and eviction are shared. */
@@ -308,8 +306,8 @@ int32_t beaconkv_check_flag_value(const char * flag, const char * key_value, cha
 /* Check a whole spec on top of the defaults (every rule, the rules between keys included).
  * On error returns BEACONKV_ERR_INVALID with a message that starts with the command-line flag that
  * sets the offending key: policy -> --kv-compress, budget -> --kv-budget, beacons -> --kv-beacons,
- * recent -> --kv-recent, window -> --kv-window, prefix -> --kv-prefix, any other key K ->
- * "--kv-compress-spec K=", e.g. "--kv-window: beaconkv: window: window + prefix = 80 must be <
+ * recent -> --kv-recent, window -> --kv-window, prefix -> --kv-prefix, archive -> --kv-archive,
+ * any other key K -> "--kv-compress-spec K=", e.g. "--kv-window: beaconkv: window: window + prefix = 80 must be <
  * budget (64); allowed range 0..=63". spec is required (BEACONKV_ERR_NULL). */
 int32_t beaconkv_spec_check(const char * spec, char * err, size_t err_len);
 
@@ -320,13 +318,13 @@ int32_t beaconkv_params_format(const beaconkv_params * params, char * buf, size_
 /* Name of a policy ("none", "beacon", ...), static storage; "unknown" for bad values. */
 const char * beaconkv_policy_name(int32_t policy);
 
+/* ---- sizing the host's cache ------------------------------------------------------------- */
+
 /* K+V bytes one token costs for the given model description (0 on bad input). */
 uint64_t beaconkv_kv_bytes_per_token(const beaconkv_model_desc * desc);
 
 /* Bytes of one row of n values of ggml type `type` (0 if the type is unknown). */
 uint64_t beaconkv_row_size(int32_t type, int64_t n);
-
-/* ---- sizing the host's cache ------------------------------------------------------------- */
 
 /* Largest n_ubatch the host should use with params: a ubatch must fit in the slack the physical
  * cache has beyond the budgets (every token of a decode call is placed before any is computed, and

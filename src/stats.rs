@@ -1,77 +1,106 @@
-//! Per-sequence counters (`beaconkv_stats`) and their totals.
+//! Per-sequence counters (`beaconkv_stats`), their totals, and their C form.
+//!
+//! The counters are declared once, in `seq_stats!`: it generates `SeqStats`, its zero value,
+//! how totals combine each counter, and the copy into `beaconkv_stats` (whose field list the
+//! compiler then holds to the same names).
 
-/// Counters of one sequence.
-#[derive(Clone, Debug, PartialEq)]
-pub struct SeqStats {
-    pub cells_in_use: usize,
-    pub cells_peak: usize,
-    pub prefix_len: usize,
-    pub pos_max: i32,
-    pub n_tokens: u64,
-    pub evicted: u64,
-    pub compress_events: u64,
-    pub kv_bytes_saved: u64,
-    pub ms_capture: f64,
-    pub ms_score: f64,
-    pub ms_evict: f64,
-    /// The archive: cells held now, recalled in total, dropped for good, bytes held now.
-    pub archived: u64,
-    pub recalled: u64,
-    pub archive_dropped: u64,
-    pub archive_bytes: u64,
-    pub ms_recall: f64,
+use crate::ffi::types::beaconkv_stats;
+
+/// A counter as its `beaconkv_stats` field holds it.
+trait ToC<C> {
+    fn to_c(self) -> C;
 }
 
-impl Default for SeqStats {
-    /// A sequence that has seen nothing: no position yet (`pos_max == -1`).
-    fn default() -> Self {
-        SeqStats {
-            cells_in_use: 0,
-            cells_peak: 0,
-            prefix_len: 0,
-            pos_max: -1,
-            n_tokens: 0,
-            evicted: 0,
-            compress_events: 0,
-            kv_bytes_saved: 0,
-            ms_capture: 0.0,
-            ms_score: 0.0,
-            ms_evict: 0.0,
-            archived: 0,
-            recalled: 0,
-            archive_dropped: 0,
-            archive_bytes: 0,
-            ms_recall: 0.0,
-        }
+/// Cell counts are `int32_t` in C, saturating at `i32::MAX`.
+impl ToC<i32> for usize {
+    fn to_c(self) -> i32 {
+        self.min(i32::MAX as usize) as i32
     }
+}
+
+macro_rules! same_in_c {
+    ($($t:ty),*) => { $( impl ToC<$t> for $t { fn to_c(self) -> $t { self } } )* };
+}
+same_in_c!(i32, u64, f64);
+
+macro_rules! seq_stats {
+    ($( $(#[$doc:meta])* $field:ident: $ty:ty = $zero:expr, total $op:ident; )*) => {
+        /// Counters of one sequence.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct SeqStats {
+            $( $(#[$doc])* pub $field: $ty, )*
+        }
+
+        impl Default for SeqStats {
+            /// A sequence that has seen nothing: no position yet (`pos_max == -1`).
+            fn default() -> Self {
+                SeqStats { $( $field: $zero, )* }
+            }
+        }
+
+        impl SeqStats {
+            /// Totals over sequences: sums, except `pos_max` (largest).
+            pub fn total<'a>(all: impl IntoIterator<Item = &'a SeqStats>) -> SeqStats {
+                all.into_iter().fold(SeqStats::new(), |mut t, s| {
+                    $( seq_stats!(@$op t.$field, s.$field); )*
+                    t
+                })
+            }
+
+            /// The C form, for sequence `seq` (-1 = totals) of a context whose policy runs
+            /// (`enabled`) or that evicts by position only in its place (`fallback`).
+            pub fn to_c(&self, seq: i32, enabled: bool, fallback: bool) -> beaconkv_stats {
+                beaconkv_stats {
+                    seq,
+                    disabled: (!enabled) as i32,
+                    fallback: fallback as i32,
+                    $( $field: self.$field.to_c(), )*
+                }
+            }
+        }
+    };
+    (@sum $t:expr, $s:expr) => { $t += $s };
+    (@max $t:expr, $s:expr) => { $t = $t.max($s) };
+}
+
+seq_stats! {
+    /// Cells the sequence holds now.
+    cells_in_use: usize = 0, total sum;
+    /// Most cells it ever held after a decode call.
+    cells_peak: usize = 0, total sum;
+    /// Protected prefix in cells.
+    prefix_len: usize = 0, total sum;
+    /// Highest position seen (-1: none).
+    pos_max: i32 = -1, total max;
+    /// Tokens seen (prompt + generated).
+    n_tokens: u64 = 0, total sum;
+    /// Cells evicted.
+    evicted: u64 = 0, total sum;
+    /// Compression passes.
+    compress_events: u64 = 0, total sum;
+    /// Bytes of K+V the evicted cells occupied (all layers).
+    kv_bytes_saved: u64 = 0, total sum;
+    /// Time reading and un-rotating queries and FPS.
+    ms_capture: f64 = 0.0, total sum;
+    /// Time scoring and selecting.
+    ms_score: f64 = 0.0, total sum;
+    /// Time in the host's eviction.
+    ms_evict: f64 = 0.0, total sum;
+    /// Evicted cells held in the archive now.
+    archived: u64 = 0, total sum;
+    /// Archived cells placed back into the cache, in total.
+    recalled: u64 = 0, total sum;
+    /// Archived cells dropped for good.
+    archive_dropped: u64 = 0, total sum;
+    /// Host memory the archive takes now.
+    archive_bytes: u64 = 0, total sum;
+    /// Time archiving, checking and recalling.
+    ms_recall: f64 = 0.0, total sum;
 }
 
 impl SeqStats {
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Totals over sequences: sums, except `pos_max` (largest).
-    pub fn total<'a>(all: impl IntoIterator<Item = &'a SeqStats>) -> SeqStats {
-        all.into_iter().fold(SeqStats::new(), |mut t, s| {
-            t.cells_in_use += s.cells_in_use;
-            t.cells_peak += s.cells_peak;
-            t.prefix_len += s.prefix_len;
-            t.pos_max = t.pos_max.max(s.pos_max);
-            t.n_tokens += s.n_tokens;
-            t.evicted += s.evicted;
-            t.compress_events += s.compress_events;
-            t.kv_bytes_saved += s.kv_bytes_saved;
-            t.ms_capture += s.ms_capture;
-            t.ms_score += s.ms_score;
-            t.ms_evict += s.ms_evict;
-            t.archived += s.archived;
-            t.recalled += s.recalled;
-            t.archive_dropped += s.archive_dropped;
-            t.archive_bytes += s.archive_bytes;
-            t.ms_recall += s.ms_recall;
-            t
-        })
     }
 }
 
@@ -96,5 +125,17 @@ mod tests {
         let t = SeqStats::total([&a, &b]);
         assert_eq!((t.evicted, t.pos_max, t.cells_in_use), (7, 10, 11));
         assert_eq!(SeqStats::total([]).pos_max, -1);
+    }
+
+    #[test]
+    fn c_form_saturates_cell_counts_and_flags_the_mode() {
+        let s = SeqStats {
+            cells_in_use: usize::MAX,
+            evicted: 9,
+            ..SeqStats::new()
+        };
+        let c = s.to_c(3, false, true);
+        assert_eq!((c.seq, c.cells_in_use, c.evicted), (3, i32::MAX, 9));
+        assert_eq!((c.disabled, c.fallback, c.pos_max), (1, 1, -1));
     }
 }

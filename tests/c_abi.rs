@@ -92,8 +92,9 @@ fn c_program_drives_every_policy() {
     run_capi(Command::new(&exe), "test_capi");
 }
 
-/// Decode steps per policy under valgrind (the default 2000 takes minutes over a debug build);
-/// still past the budget of 256 with the 100-token prompt, so every policy compresses often.
+/// Decode steps per policy under valgrind, fewer than the program's default of 2000 because
+/// valgrind runs a debug build many times slower; still past the budget of 256 with the
+/// 100-token prompt, so every policy compresses often.
 const VALGRIND_STEPS: &str = "300";
 /// Decode steps per policy under ASan + UBSan.
 const ASAN_STEPS: &str = "1000";
@@ -162,8 +163,8 @@ fn c_program_is_clean_under_asan_and_ubsan() {
             "detect_leaks=1:abort_on_error=0:halt_on_error=1:exitcode=98",
         )
         // Leaks are checked at exit, when no frame should hold a heap pointer: do not let
-        // stale stack slots or registers hide a leaked context (they did, in a check with a
-        // deliberately leaked context that valgrind reported and LeakSanitizer by default missed).
+        // stale stack slots or registers hide a leaked context (LeakSanitizer scans them by
+        // default, and then can miss a leaked context that valgrind reports).
         .env("LSAN_OPTIONS", "use_stacks=0:use_registers=0")
         .env("UBSAN_OPTIONS", "print_stacktrace=1:halt_on_error=1")
         .env_remove("LD_PRELOAD");
@@ -234,4 +235,323 @@ fn static_lib_exports_every_header_function() {
     for f in functions {
         assert!(syms.contains(&f), "{f} declared but not exported");
     }
+}
+
+// ---- one source of truth for the ABI -------------------------------------------------------
+//
+// The header is compiled by a generated C program that prints the layout of every struct it
+// declares and the value of every constant; `beaconkv::ffi::types` lists the Rust side
+// (`STRUCTS`, `CONSTANTS`, and the ids of the setting enums). The two lists must be equal in
+// both directions: same structs, same fields in the same order, same sizes, alignments and
+// offsets, same constants and values. The libllama-side plugin tables (`llama_kv_plugin_*` in
+// cpp/llama/include/llama-kv-plugin.h) must have the layout of their `beaconkv_*` twins.
+
+#[path = "c_abi/header.rs"]
+mod header;
+
+use beaconkv::config::{ArchiveType, Policy, Reduce, KEYS, KEY_FLAGS};
+use beaconkv::ffi::types::{CONSTANTS, STRUCTS};
+use header::{header_constants, header_structs, strip_comments};
+use std::collections::BTreeMap;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("read {rel}: {e}"))
+}
+
+/// A struct's layout as a compiler lays it out: size, alignment, (field, offset, size).
+#[derive(Debug, Default, PartialEq)]
+struct Layout {
+    size: usize,
+    align: usize,
+    fields: Vec<(String, usize, usize)>,
+}
+
+/// Compile and run a C program that includes `include` (with `-I` dirs) and prints the layout
+/// of `structs` and the value of `constants`.
+fn c_layouts(
+    name: &str,
+    include: &str,
+    dirs: &[&Path],
+    structs: &[(String, Vec<String>)],
+    constants: &[String],
+) -> (BTreeMap<String, Layout>, BTreeMap<String, i64>) {
+    let mut src = format!(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"{include}\"\nint main(void) {{\n"
+    );
+    for (s, fields) in structs {
+        src += &format!(
+            "    printf(\"S {s} %zu %zu\\n\", sizeof(struct {s}), _Alignof(struct {s}));\n"
+        );
+        for f in fields {
+            src += &format!(
+                "    printf(\"F {s} {f} %zu %zu\\n\", offsetof(struct {s}, {f}), sizeof(((struct {s} *)0)->{f}));\n"
+            );
+        }
+    }
+    for c in constants {
+        src += &format!("    printf(\"C {c} %lld\\n\", (long long)({c}));\n");
+    }
+    src += "    return 0;\n}\n";
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let (c_file, exe) = (dir.join(format!("{name}.c")), dir.join(name));
+    std::fs::write(&c_file, src).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-std=c11", "-Wall", "-Werror"]);
+    for d in dirs {
+        cmd.arg("-I").arg(d);
+    }
+    let out = cmd.arg("-o").arg(&exe).arg(&c_file).output().unwrap();
+    assert!(
+        out.status.success(),
+        "compiling {}:\n{}",
+        c_file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run = Command::new(&exe).output().unwrap();
+    assert!(run.status.success());
+    let (mut layouts, mut values) = (BTreeMap::<String, Layout>::new(), BTreeMap::new());
+    for line in String::from_utf8(run.stdout).unwrap().lines() {
+        let w: Vec<&str> = line.split(' ').collect();
+        match w[0] {
+            "S" => {
+                let l = layouts.entry(w[1].to_string()).or_default();
+                (l.size, l.align) = (w[2].parse().unwrap(), w[3].parse().unwrap());
+            }
+            "F" => layouts.get_mut(w[1]).unwrap().fields.push((
+                w[2].to_string(),
+                w[3].parse().unwrap(),
+                w[4].parse().unwrap(),
+            )),
+            _ => {
+                values.insert(w[1].to_string(), w[2].parse().unwrap());
+            }
+        }
+    }
+    (layouts, values)
+}
+
+fn rust_layouts() -> BTreeMap<String, Layout> {
+    STRUCTS
+        .iter()
+        .map(|s| {
+            let fields = s
+                .fields
+                .iter()
+                .map(|f| (f.name.to_string(), f.offset, f.size))
+                .collect();
+            let layout = Layout {
+                size: s.size,
+                align: s.align,
+                fields,
+            };
+            (s.name.to_string(), layout)
+        })
+        .collect()
+}
+
+fn rust_constants() -> BTreeMap<String, i64> {
+    let mut all: BTreeMap<String, i64> =
+        CONSTANTS.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+    let mut add = |prefix: &str, name: &str, id: i32| {
+        all.insert(
+            format!("BEACONKV_{prefix}_{}", name.to_uppercase()),
+            id as i64,
+        );
+    };
+    Policy::ALL
+        .iter()
+        .for_each(|p| add("POLICY", p.name(), *p as i32));
+    Reduce::ALL
+        .iter()
+        .for_each(|r| add("REDUCE", r.name(), *r as i32));
+    ArchiveType::ALL
+        .iter()
+        .for_each(|t| add("ARCHIVE", t.name(), *t as i32));
+    all
+}
+
+#[test]
+fn header_and_rust_declare_the_same_structs_and_constants() {
+    let header = strip_comments(&read("include/beaconkv.h"));
+    let structs = header_structs(&header);
+    let constants = header_constants(&header);
+    assert!(
+        structs.len() >= 6 && constants.len() >= 10,
+        "parsed {structs:?} {constants:?}"
+    );
+    let (c, values) = c_layouts(
+        "abi_layout",
+        "beaconkv.h",
+        &[&root().join("include")],
+        &structs,
+        &constants,
+    );
+    let rust = rust_layouts();
+    let names = |m: &BTreeMap<String, Layout>| m.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(&c), names(&rust), "structs: header vs ffi/types.rs");
+    for (name, layout) in &c {
+        assert_eq!(
+            layout, &rust[name],
+            "{name}: header (left) vs ffi/types.rs (right)"
+        );
+    }
+    assert_eq!(
+        values,
+        rust_constants(),
+        "constants: header (left) vs Rust (right)"
+    );
+}
+
+/// A stand-in for llama.h with the types llama-kv-plugin.h uses, as llama.h declares them.
+const LLAMA_H_STUB: &str = "#pragma once\n#include <stdint.h>\n#define LLAMA_API\n\
+    typedef int32_t llama_pos;\ntypedef int32_t llama_token;\ntypedef int32_t llama_seq_id;\n\
+    struct llama_context;\n";
+
+#[test]
+fn libllama_plugin_tables_have_the_layout_of_the_beaconkv_ones() {
+    let rel = "cpp/llama/include/llama-kv-plugin.h";
+    let header = strip_comments(&read(rel));
+    let structs = header_structs(&header);
+    let stub = Path::new(env!("CARGO_TARGET_TMPDIR")).join("llama_stub");
+    std::fs::create_dir_all(&stub).unwrap();
+    std::fs::write(stub.join("llama.h"), LLAMA_H_STUB).unwrap();
+    let dirs = [stub.as_path(), &root().join("cpp/llama/include")];
+    let (c, _) = c_layouts("plugin_layout", "llama-kv-plugin.h", &dirs, &structs, &[]);
+    let rust = rust_layouts();
+    let pairs = [
+        ("llama_kv_plugin_layer", "beaconkv_layer"),
+        ("llama_kv_plugin", "beaconkv_plugin"),
+        ("llama_kv_plugin_host", "beaconkv_host"),
+    ];
+    assert_eq!(
+        c.keys().collect::<Vec<_>>(),
+        {
+            let mut k: Vec<_> = pairs.iter().map(|p| p.0).collect();
+            k.sort();
+            k
+        },
+        "structs of {rel}"
+    );
+    for (llama, ours) in pairs {
+        assert_eq!(c[llama], rust[ours], "{llama} (left) vs {ours} (right)");
+    }
+}
+
+#[test]
+fn every_exported_function_is_declared_in_the_header() {
+    let header = strip_comments(&read("include/beaconkv.h"));
+    let declared = header_functions(&header);
+    let exported: Vec<String> = defined_symbols(&static_lib())
+        .into_iter()
+        .filter(|s| s.starts_with("beaconkv_"))
+        .collect();
+    assert!(exported.len() >= 20, "{exported:?}");
+    for f in &exported {
+        assert!(
+            declared.contains(f),
+            "{f} exported but not declared in beaconkv.h"
+        );
+    }
+    for f in &declared {
+        assert!(exported.contains(f), "{f} declared but not exported");
+    }
+}
+
+/// The header documents the flag of each key (`key -> --flag`, at beaconkv_spec_check); it must
+/// be the key table's.
+#[test]
+fn header_flag_list_is_the_key_tables() {
+    let header = read("include/beaconkv.h");
+    let mut documented = BTreeMap::new();
+    for (i, _) in header.match_indices(" -> ") {
+        let key = header[..i]
+            .rsplit(|c: char| c.is_whitespace() || c == ',')
+            .next()
+            .unwrap();
+        let flag = header[i + 4..]
+            .split(|c: char| c.is_whitespace() || c == ',')
+            .next()
+            .unwrap();
+        if KEYS.contains(&key) {
+            documented.insert(key.to_string(), flag.to_string());
+        }
+    }
+    let table: BTreeMap<String, String> = KEY_FLAGS
+        .iter()
+        .filter_map(|(k, f)| f.map(|f| (k.to_string(), f.to_string())))
+        .collect();
+    assert_eq!(
+        documented, table,
+        "beaconkv_spec_check's list (left) vs config/keys.rs (right)"
+    );
+    assert!(
+        header.contains("any other key K ->"),
+        "the header names the flag of the other keys"
+    );
+}
+
+/// docs/flags.md documents every key once (its "Spec keys" table) and the flag of each key that
+/// has one (its "Flags" table); both must be the key table's.
+#[test]
+fn flags_doc_lists_the_key_tables_keys_and_flags() {
+    let doc = read("docs/flags.md");
+    let cell = |row: &str, i: usize| -> Option<String> {
+        let c = row.split('|').nth(i + 1)?.trim();
+        Some(c.strip_prefix('`')?.split(['`', ' ']).next()?.to_string())
+    };
+    let mut flags = BTreeMap::new();
+    let mut keys = Vec::new();
+    for row in doc.lines().filter(|l| l.starts_with("| `")) {
+        let row = &row.replace("\\|", "/"); // an escaped `|` inside a cell
+        let first = cell(row, 0).unwrap();
+        if first.starts_with("--kv-") {
+            // | `--kv-x N` | env | `key` | ...: keys of their own only (not `any`, not `–`)
+            if let Some(key) = cell(row, 2).filter(|k| KEYS.contains(&k.as_str())) {
+                flags.insert(key, first);
+            }
+        } else if row.split('|').count() == 6 {
+            // | `key` | default | range | meaning |
+            keys.push(first);
+        }
+    }
+    let table: BTreeMap<String, String> = KEY_FLAGS
+        .iter()
+        .filter_map(|(k, f)| f.map(|f| (k.to_string(), f.to_string())))
+        .collect();
+    assert_eq!(
+        flags, table,
+        "docs/flags.md Flags table (left) vs config/keys.rs (right)"
+    );
+    keys.sort();
+    let mut all: Vec<String> = KEYS.iter().map(|k| k.to_string()).collect();
+    all.sort();
+    assert_eq!(
+        keys, all,
+        "docs/flags.md Spec keys table (left) vs config/keys.rs (right)"
+    );
+}
+
+/// The help of `--kv-compress-spec` (cpp/llama/common/kv-compress.cpp) lists every key.
+#[test]
+fn spec_flag_help_lists_every_key() {
+    let glue = read("cpp/llama/common/kv-compress.cpp");
+    let start = glue
+        .find("(policy, ")
+        .expect("the key list of --kv-compress-spec")
+        + 1;
+    let end = start + glue[start..].find("; see beaconkv.h").unwrap();
+    let listed: Vec<&str> = glue[start..end].split(", ").collect();
+    let mut sorted = listed.clone();
+    sorted.sort();
+    let mut all = KEYS.to_vec();
+    all.sort();
+    assert_eq!(
+        sorted, all,
+        "--kv-compress-spec help (left) vs config/keys.rs (right)"
+    );
 }

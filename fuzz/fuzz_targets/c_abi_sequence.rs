@@ -34,8 +34,7 @@ const HEAD_DIM: usize = 8;
 /// Rows of the query store; contexts get `qcap <= Q_ROWS`.
 const Q_ROWS: usize = 16;
 
-/// What the functions of `beaconkv.h` return (BEACONKV_ERR_DISABLED and _NO_ROOM are reserved:
-/// nothing returns them).
+/// Every status the functions of `beaconkv.h` return.
 const STATUSES: [i32; 5] = [
     BEACONKV_OK,
     BEACONKV_ERR_NULL,
