@@ -7,15 +7,12 @@
 //!
 //! Run: `cargo bench --bench scoring`
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::time::Instant;
 
-use beaconkv::config::Params;
-use beaconkv::engine::Engine;
-use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch};
-use common::{FakeHost, Lcg};
+use beaconkv::testing::config::Params;
+use beaconkv::testing::engine::Engine;
+use beaconkv::testing::fake_host::{FakeHost, Lcg};
+use beaconkv::testing::queries::{LayerQueries, QueryConfig, QueryScratch};
 use half::f16;
 
 const LAYERS: usize = 30;

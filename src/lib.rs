@@ -1,18 +1,23 @@
 //! BeaconKV: KV-cache compression for llama.cpp, driven by beacon queries.
 //!
 //! Pure-Rust core (no llama.cpp needed to test it) plus a C ABI (`include/beaconkv.h`) that a
-//! patched llama.cpp calls from its decode loop. See README.md and docs/.
+//! patched llama.cpp calls from its decode loop. See README.md and docs/. The C ABI (`ffi`) is the
+//! only public interface; `testing` exists for the project's own tests.
 
-pub mod archive;
+mod archive;
 mod codec;
-pub mod config;
-pub mod engine;
+mod config;
+mod engine;
 pub mod ffi;
-pub mod ggml;
-pub mod host;
-pub mod kernels;
-pub mod persist;
-pub mod queries;
-pub mod scoring;
-pub mod sizing;
-pub mod stats;
+mod ggml;
+mod host;
+mod kernels;
+mod persist;
+mod queries;
+mod scoring;
+mod sizing;
+mod stats;
+
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;

@@ -3,17 +3,15 @@
 //! hook call of long generations. Decode steps that do not compress must allocate nothing; after
 //! warm-up, compression passes must not either (all buffers only grow).
 //!
-//! The fake host does not allocate when warm (see tests/common), so what is counted is the
+//! The fake host does not allocate when warm (see `src/testing/fake_host.rs`), so what is counted is the
 //! plugin's.
-
-mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::ffi::{c_char, CStr, CString};
 
 use beaconkv::ffi::*;
-use common::{FakeHost, Lcg};
+use beaconkv::testing::fake_host::{FakeHost, Lcg};
 use half::f16;
 
 struct Counting;

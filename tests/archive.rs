@@ -3,11 +3,9 @@
 //! and V rows, while the sequence never holds more than its budget. Without the archive it is
 //! gone for good; removed positions never come back; the archive rides in the sequence state.
 
-mod common;
-
-use beaconkv::config::Params;
-use beaconkv::engine::Engine;
-use common::{FakeHost, Lcg};
+use beaconkv::testing::config::Params;
+use beaconkv::testing::engine::Engine;
+use beaconkv::testing::fake_host::{FakeHost, Lcg};
 use half::f16;
 
 const D: usize = 16;
@@ -641,10 +639,10 @@ fn a_failing_write_kv_drops_the_placed_cells_and_turns_the_archive_off() {
 /// mixed signs and sizes, and the best corner of the box reaches them (tight, not just safe).
 #[test]
 fn page_bounds_never_underestimate_exact_logits() {
-    use beaconkv::archive::RecallProbe;
-    use beaconkv::host::LayerDesc;
-    use beaconkv::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
-    use beaconkv::scoring::{ExtraKeys, QueryScorer, ScoreCtx, ScoreRows};
+    use beaconkv::testing::host::LayerDesc;
+    use beaconkv::testing::queries::{LayerQueries, QueryConfig, QueryScratch, SeqQueries};
+    use beaconkv::testing::scoring::RecallProbe;
+    use beaconkv::testing::scoring::{ExtraKeys, QueryScorer, ScoreCtx, ScoreRows};
 
     const HEADS: usize = 4;
     const KV: usize = 2;

@@ -249,8 +249,8 @@ fn static_lib_exports_every_header_function() {
 #[path = "c_abi/header.rs"]
 mod header;
 
-use beaconkv::config::{ArchiveType, Policy, Reduce, KEYS, KEY_FLAGS};
 use beaconkv::ffi::types::{CONSTANTS, STRUCTS};
+use beaconkv::testing::config::{ArchiveType, Policy, Reduce, KEYS, KEY_FLAGS};
 use header::{header_constants, header_structs, strip_comments};
 use std::collections::BTreeMap;
 

@@ -1,13 +1,11 @@
 //! Engine behaviour over a Rust fake host: scores against an independent reference, the
 //! read_rows path, planted keys, phases, forks and host errors.
 
-mod common;
-
-use beaconkv::config::Params;
-use beaconkv::engine::{Engine, EngineError};
-use beaconkv::ggml::hadamard::hadamard_inplace;
-use beaconkv::ggml::rope::{Rope, RopeMode};
-use common::{FakeHost, Lcg};
+use beaconkv::testing::config::Params;
+use beaconkv::testing::engine::{Engine, EngineError};
+use beaconkv::testing::fake_host::{FakeHost, Lcg};
+use beaconkv::testing::ggml::hadamard_inplace;
+use beaconkv::testing::ggml::{Rope, RopeMode};
 use half::f16;
 
 const D: usize = 16;

@@ -2,12 +2,10 @@
 //! context function, fallback to position-only eviction, host errors, the last-error lifetime,
 //! the configuration and sizing entry points.
 
-mod common;
-
 use std::ffi::{c_char, CStr, CString};
 
 use beaconkv::ffi::*;
-use common::{FakeHost, Lcg};
+use beaconkv::testing::fake_host::{FakeHost, Lcg};
 use half::f16;
 
 const D: usize = 16;

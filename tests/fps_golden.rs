@@ -3,7 +3,7 @@
 //! (f32, first-index argmin). The fixture only holds cases whose answer does not depend on
 //! f32 summation order, so equality here is exact.
 
-use beaconkv::queries::fps::farthest_point_sampling;
+use beaconkv::testing::queries::farthest_point_sampling;
 use serde_json::Value;
 
 const FIXTURE: &str = include_str!("fixtures/fps_golden.json");

@@ -9,9 +9,9 @@
 
 mod common_e2e;
 
-use beaconkv::ggml::dequant::dequantize_row;
-use beaconkv::ggml::rope::Rope;
-use beaconkv::ggml::types::GgmlType;
+use beaconkv::testing::ggml::dequantize_row;
+use beaconkv::testing::ggml::GgmlType;
+use beaconkv::testing::ggml::Rope;
 use common_e2e::*;
 use serde_json::Value;
 use std::process::Command;

@@ -1,6 +1,6 @@
 //! Property tests of the shared selection.
 
-use beaconkv::scoring::select::{protected_count, select_evictions, SelectScratch};
+use beaconkv::testing::scoring::{protected_count, select_evictions, SelectScratch};
 use proptest::prelude::*;
 
 fn case() -> impl Strategy<Value = (Vec<f32>, usize, usize, usize)> {

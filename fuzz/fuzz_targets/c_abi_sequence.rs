@@ -1,5 +1,5 @@
 //! Random sequences of C-ABI calls, made through the exported `extern "C"` functions the way a C
-//! host would, against the shared fake host of the tests (`tests/common/mod.rs`: a llama.cpp-like
+//! host would, against the shared fake host of the tests (`beaconkv::testing::fake_host`: a llama.cpp-like
 //! cell table, f16 K and F32 query stores, through its `extern "C"` table).
 //!
 //! One layer can be switched to the `read_rows` path. Host callbacks fail on demand (seq_cells /
@@ -15,13 +15,11 @@
 //! contexts never stop evicting), and `get_stats` answers for any sequence id.
 #![no_main]
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
 
 use std::ffi::{c_char, CStr, CString};
 
 use beaconkv::ffi::*;
-use common::FakeHost;
+use beaconkv::testing::fake_host::FakeHost;
 use half::f16;
 use libfuzzer_sys::fuzz_target;
 

@@ -11,7 +11,7 @@
 
 use std::ffi::{c_char, CString};
 
-use beaconkv::config::{flag_for_key, ConfigError, Params, KEYS};
+use beaconkv::testing::config::{flag_for_key, ConfigError, Params, KEYS};
 use beaconkv::ffi::*;
 use libfuzzer_sys::fuzz_target;
 

@@ -25,4 +25,4 @@ pub mod tokens;
 pub use layout::{LayerFormat, Layout};
 pub use probe::RecallProbe;
 pub use rows::{ArchiveScratch, RawRows, RecallRows};
-pub use store::{Page, SeqArchive};
+pub use store::SeqArchive;

@@ -31,10 +31,6 @@ pub trait RecallProbe {
         host: &mut dyn Host,
         rows: &mut ScoreRows,
     ) -> Result<bool, ScoreError>;
-
-    /// After a pass scored with `ctx.prob`: each column's largest raw logit (the pass's rows
-    /// hold log probabilities, the per-step recall compares logits). `None` otherwise.
-    fn raw_max(&self) -> Option<&[f32]>;
 }
 
 impl RecallProbe for QueryScorer {
@@ -59,9 +55,5 @@ impl RecallProbe for QueryScorer {
         rows: &mut ScoreRows,
     ) -> Result<bool, ScoreError> {
         QueryScorer::cell_rows(self, ctx, host, rows)
-    }
-
-    fn raw_max(&self) -> Option<&[f32]> {
-        QueryScorer::raw_max(self)
     }
 }

@@ -7,8 +7,8 @@ use super::layout::Layout;
 use super::rows::{
     push_f32, remove_row, splice_row, store_row, ArchiveScratch, RawRows, RecallRows,
 };
-use crate::ggml::dequant::dequantize_row;
 use crate::codec::{ReadResult, Reader, Writer};
+use crate::ggml::dequant::dequantize_row;
 
 /// One page: archived positions (ascending) with their rows and key summary.
 #[derive(Clone, Debug)]

@@ -19,10 +19,12 @@ pub(crate) mod value;
 
 pub use enums::{ArchiveType, Policy, Prefix, Reduce};
 pub use error::ConfigError;
+pub use keys::flag_for_key;
 pub(crate) use keys::for_each_key;
-pub use keys::{flag_for_key, KEYS, KEY_FLAGS};
+#[cfg(feature = "testing")]
+pub use keys::{KEYS, KEY_FLAGS};
 pub use params::Params;
-pub use value::{format_centi, Hundredths, KeyValue, Rule};
+pub use value::{Hundredths, KeyValue, Rule};
 
 #[cfg(test)]
 mod tests;

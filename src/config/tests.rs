@@ -1,5 +1,6 @@
 //! Unit tests of the spec form: parsing, errors naming keys, canonical text, flags.
 
+use super::value::format_centi;
 use super::*;
 
 #[test]

@@ -70,6 +70,7 @@ impl Engine {
     }
 
     /// Why the configured policy stopped for good, if it did.
+    #[cfg(any(test, feature = "testing"))]
     pub fn failure(&self) -> Option<&str> {
         self.scorers.failure.as_deref()
     }

@@ -33,7 +33,7 @@ use std::collections::BTreeMap;
 
 use crate::archive::Layout;
 use crate::config::Params;
-use crate::host::{Host, LayerDesc};
+use crate::host::Host;
 use crate::persist;
 use crate::stats::SeqStats;
 
@@ -92,7 +92,8 @@ impl Engine {
         &self.params
     }
 
-    pub fn layers(&self) -> &[LayerDesc] {
+    #[cfg(any(test, feature = "testing"))]
+    pub fn layers(&self) -> &[crate::host::LayerDesc] {
         &self.layers.descs
     }
 
@@ -107,6 +108,7 @@ impl Engine {
     }
 
     /// Sequences the engine holds state for.
+    #[cfg(any(test, feature = "testing"))]
     pub fn seq_ids(&self) -> Vec<i32> {
         self.seqs.keys().copied().collect()
     }

@@ -18,7 +18,6 @@ unsafe impl Sync for HostPtr {}
 pub struct LayerDesc {
     /// Index for `get_layer` / `read_rows`.
     pub host_index: i32,
-    pub il: i32,
     pub head_dim: usize,
     pub n_head: usize,
     pub n_head_kv: usize,
@@ -115,7 +114,6 @@ impl LayerDesc {
         };
         Ok(LayerDesc {
             host_index,
-            il: raw.il,
             head_dim,
             n_head: raw.n_head as usize,
             n_head_kv: raw.n_head_kv as usize,

@@ -6,7 +6,7 @@
 
 mod layer;
 
-pub use layer::{HostPtr, LayerDesc};
+pub use layer::LayerDesc;
 
 /// `beaconkv_layer`: one attention layer as the host describes it (declared in `ffi/types.rs`,
 /// the ABI's one copy of the struct).

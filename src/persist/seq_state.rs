@@ -1,10 +1,10 @@
 //! The byte layout of one sequence's state (see the module doc of `persist`), written and read
 //! field by field in one fixed order.
 
-use crate::codec::{Reader, Writer};
 use super::{MAGIC, VERSION};
 use crate::archive::tokens::TokenTrail;
 use crate::archive::{Layout, SeqArchive};
+use crate::codec::{Reader, Writer};
 use crate::queries::SeqQueries;
 use crate::stats::SeqStats;
 

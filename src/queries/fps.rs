@@ -30,6 +30,7 @@ pub struct FpsScratch {
 /// selection order). If n <= k returns 0..n.
 /// Start = argmin of mean cosine similarity; then greedily argmin of running max similarity.
 /// Ties: lowest index (torch argmin).
+#[cfg(any(test, feature = "testing"))]
 pub fn farthest_point_sampling(points: &[f32], n: usize, dim: usize, k: usize) -> Vec<usize> {
     farthest_point_sampling_in(points, n, dim, k, &mut FpsScratch::default()).to_vec()
 }

@@ -15,7 +15,7 @@ use crate::config::Policy;
 use crate::host::{Host, LayerDesc};
 use crate::queries::SeqQueries;
 
-pub use attention::{AttentionKernel, PageSummary, QueryScorer, RECALL_QUERIES};
+pub use attention::{PageSummary, QueryScorer};
 pub use position::PositionScorer;
 pub use rows::{fold_column_max, ScoreRows};
 

@@ -6,6 +6,7 @@ impl Rope {
     /// Apply RoPE at position `pos` in place to one head vector x (len = head_dim >= n_dims):
     /// exactly what ggml_rope_ext computes (incl. YaRN mscale / attn_factor, freq_factors,
     /// partial rotary: dims >= n_dims untouched).
+    #[cfg(any(test, feature = "testing"))]
     pub fn rotate(&self, x: &mut [f32], pos: i32) {
         let mut cs = Vec::with_capacity(self.n_dims / 2);
         self.rotation(pos, &mut cs);
@@ -16,6 +17,7 @@ impl Rope {
     ///
     /// Inverts the very matrix `rotate` applies (its f32-rounded cos and sin), in f64, so the
     /// round trip loses only the final rounding to f32.
+    #[cfg(any(test, feature = "testing"))]
     pub fn unrotate(&self, x: &mut [f32], pos: i32) {
         let mut cs = Vec::with_capacity(self.n_dims / 2);
         self.rotation(pos, &mut cs);

@@ -23,7 +23,6 @@ use crate::scoring::{ScoreCtx, ScoreError, ScoreRows, Scorer};
 use sources::{beacon_queries, positioned_queries, recent_queries, QuerySource};
 
 pub use kernel::{AttentionKernel, PageSummary};
-pub use sources::RECALL_QUERIES;
 
 /// A policy scoring with captured queries: the kernel plus which queries it reads.
 pub struct QueryScorer {

@@ -1,5 +1,5 @@
-//! The fake cache owner shared by the integration tests, the micro-benchmark and the C-ABI fuzzer
-//! (`fuzz/fuzz_targets/c_abi_sequence.rs` includes this file): a cell table like llama.cpp's (a
+//! The fake cache owner shared by the integration tests, the micro-benchmark and the C-ABI fuzzer:
+//! a cell table like llama.cpp's (a
 //! position and a set of sequences per cell), f16 K and an F32 query store per layer, failure
 //! injection per callback, call counters, and the `beaconkv_host` C table over the same state.
 //!
@@ -8,12 +8,10 @@
 //! count alone, without listing or sorting, as `beaconkv.h` asks of a host. Once warm it does not
 //! allocate (listing reuses one buffer), so `tests/alloc_free.rs` can count the plugin's
 //! allocations through it.
-#![allow(dead_code)]
-
 use std::ffi::{c_char, c_void, CStr};
 
-use beaconkv::ffi::{beaconkv_host, beaconkv_layer};
-use beaconkv::host::{Host, RawLayer};
+use crate::ffi::{beaconkv_host, beaconkv_layer};
+use crate::host::{Host, RawLayer};
 use half::f16;
 
 pub struct FakeLayer {
@@ -90,6 +88,8 @@ pub struct FakeHost {
 pub struct Lcg(pub u64);
 
 impl Lcg {
+    // An infinite stream read one value at a time; as an `Iterator` every call would need `unwrap`.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> f32 {
         self.0 = self
             .0
