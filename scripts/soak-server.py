@@ -136,6 +136,7 @@ class Soak:
         self.archive_bytes = 0
         self.proc = None
         self.phase = "start"
+        self.cmds = {}  # phase -> server command line
         self.overran = False
         self.t0 = time.time()
 
@@ -336,9 +337,13 @@ class Soak:
     def long_step(self, i, rng):
         """A generation 8x the budget and more, sampled or greedy, from a short or a long prompt."""
         n = 8 * self.budget + 64
-        # a long prompt is cut to 1,500 characters: at most 1,500 tokens in any tokenizer (the tiny model's
-        # are bytes), so prompt + n_predict stay inside the slot's 4,096-token context
-        prompt = words(rng.choice([20, 600]), seed=i)[:1500]
+        prompt = words(rng.choice([20, 600]), seed=i)
+        # the long prompt goes as its first 1,200 tokens, so prompt + n_predict stay inside the slot's context
+        # in any tokenizer (characters per token vary from model to model)
+        status, tok = self.call("POST", "/tokenize", {"content": prompt}, timeout=60, kind="tokenize")
+        if status != 200:
+            return
+        prompt = tok["tokens"][:1200]
         status, res = self.complete(prompt, n, "long", ignore_eos=True, temperature=rng.choice([0.0, 0.8]),
                                     seed=i, id_slot=rng.choice([-1, 0, 1, 2, 3]))
         if status == 200:
@@ -557,7 +562,8 @@ class Soak:
         self.phase = name
         self.stop = threading.Event()
         self.start_server(speculative)
-        print(f"[soak] {name}: {' '.join(self.cmd)}", flush=True)
+        self.cmds[name] = " ".join(self.cmd)
+        print(f"[soak] {name}: {self.cmds[name]}", flush=True)
         self.phase_t0 = time.time()  # the phase's clock starts with a healthy server
         self.phase_end = self.phase_t0 + seconds
         # the load ends early enough for the phase's last checkpoint to run alone before the phase is up
@@ -635,7 +641,7 @@ class Soak:
         rows = [{"invariant": k, "what": v, "checks": self.checks[k], "failures": self.fails[k],
                  "pass": self.checks[k] > 0 and self.fails[k] == 0} for k, v in INVARIANTS.items()]
         data = {
-            "command": " ".join([sys.executable, *sys.argv]), "server_command": " ".join(getattr(self, "cmd", [])),
+            "command": " ".join([sys.executable, *sys.argv]), "server_commands": self.cmds,
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "model": str(self.model), "minutes": self.args.minutes,
             "budget": self.budget, "error": error, "pass": error is None and all(r["pass"] for r in rows),
             "invariants": rows, "failure_details": dict(self.details), "requests": dict(sorted(self.requests.items())),
@@ -644,7 +650,7 @@ class Soak:
         (self.out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
         md = [f"# llama-server soak: {'PASS' if data['pass'] else 'FAIL'}", "",
               f"- model `{self.model.name}`, {self.args.minutes} min, budget {self.budget}, {data['date']}",
-              f"- server: `{data['server_command']}`", ""]
+              *[f"- {phase} server: `{cmd}`" for phase, cmd in self.cmds.items()], ""]
         if error:
             md += [f"**The run stopped early:** {error}", ""]
         md += ["| invariant | result | checks | failures |", "| --- | --- | --- | --- |"]
