@@ -139,6 +139,29 @@ def test_slot_save_erase_restore_continues(server, tiny, tmp_path):
     assert second == want[1], "restored slot does not continue like the uninterrupted one"
 
 
+def test_metrics_counters_never_decrease(server, tiny, tmp_path):
+    """The kv_*_total series are server-lifetime counters: erasing, restoring or reusing a slot (which
+    replaces its plugin counters) must not lower them."""
+    s = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path), *KV)
+    s.complete(words(100, 16), 4 * BUDGET)
+    seen = [s.metrics()]
+    assert seen[0]["kv_evicted_total"] > 0 and seen[0]["kv_compress_events_total"] > 0, seen[0]
+    status, res = s.post("/slots/0?action=save", {"filename": "m.bin"})
+    assert status == 200, res
+    status, res = s.post("/slots/0?action=erase", {})
+    assert status == 200, res
+    seen.append(s.metrics())
+    status, res = s.post("/slots/0?action=restore", {"filename": "m.bin"})
+    assert status == 200, res
+    seen.append(s.metrics())
+    s.complete(words(90, 17), 2 * BUDGET)  # a new prompt: the slot's cache (and its counters) start over
+    seen.append(s.metrics())
+    for before, after in zip(seen, seen[1:]):
+        for name, value in before.items():
+            if name.endswith("_total"):
+                assert after[name] >= value, f"{name} went down: {value} -> {after[name]}"
+
+
 def test_slot_file_from_uncompressed_server_is_refused(server, tiny, tmp_path):
     plain = server(tiny, "-c", "4096", "-np", "1", "--slot-save-path", str(tmp_path))
     plain.complete(words(100, 6), 16)
@@ -163,6 +186,35 @@ def test_speculative_ngram_with_compression(server, tiny):
     assert res["tokens_predicted"] == 6 * BUDGET
     assert res["timings"].get("draft_n", 0) > 0, "no draft was verified"
     assert kv_of(res)["kv_cells"] <= BUDGET
+
+
+def test_all_slots_drafting_at_once_fit_the_batch(server, tiny):
+    """Compression lowers n_batch to n_ubatch (49 here: 1 + the ngram drafter's 48), and the server's batch
+    holds max(n_batch, n_parallel) tokens: four slots drafting at once used to overflow it and abort the
+    server. The drafts are shortened to what fits instead."""
+    s = server(tiny, "-c", "16384", "-np", "4", "--kv-compress", "beacon", "--kv-budget", "256",
+               "--spec-type", "ngram-simple")
+    prompt = "the quick brown fox jumps over the lazy dog " * 20
+    n = 768
+    results = [None] * 4
+
+    def run(i):
+        results[i] = s.post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0.0,
+                                            "ignore_eos": True, "id_slot": i, **s.body})
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert s.proc.poll() is None, f"llama-server exited with {s.proc.returncode}:\n{s.log()[-3000:]}"
+    assert s.get("/health")[0] == 200
+    for i, r in enumerate(results):
+        assert r is not None, f"request {i} did not finish"
+        status, res = r
+        assert status == 200, f"request {i}: HTTP {status}: {res}"
+        assert res["tokens_predicted"] == n
+        assert res["timings"].get("draft_n", 0) > 0, f"request {i}: no draft was verified"
 
 
 def test_speculative_draft_model_with_compression(server, tiny):

@@ -66,17 +66,74 @@ inline json server_kv_compress_props(llama_context * ctx, int32_t n_ctx_slot) {
     };
 }
 
-// /metrics: counters and gauges (Item is server_task_result_metrics::metric_item) from server_kv_compress_json(ctx, -1)
+// /metrics: the gauges of all live sequences plus server-lifetime counters. The plugin's counters belong
+// to a sequence and go down when its history is replaced (slot erase or restore, a new prompt that clears
+// it, a new context after sleep), while Prometheus counters must never decrease. So every call remembers,
+// per sequence, the counters it saw last; when one of them went down since, the sequence's previous values
+// move to a retired total. The `_total` series export retired + last seen. Counts that a sequence gains and
+// loses between two calls are missed (never double counted): the server calls this at each scrape and at
+// the end of each request, and a slot's counters only grow while it serves one.
+// prev: what the previous call returned (null at first); n_seq: the server's sequences (slots).
+inline json server_kv_compress_metrics(llama_context * ctx, int32_t n_seq, const json & prev) {
+    json cur = server_kv_compress_json(ctx, -1);
+    if (cur.is_null()) {
+        return prev; // compression off, or no context while the server sleeps: keep the last figures
+    }
+    static const char * const counters[] = { "evicted", "compress_events", "plugin_ms", "recalled" };
+
+    json retired = prev.is_object() ? prev.at("retired") : json::object();
+    json seen    = prev.is_object() ? prev.at("seen")    : json::array();
+    json total   = json::object();
+    for (const char * c : counters) {
+        if (!retired.contains(c)) {
+            retired[c] = 0.0;
+        }
+    }
+    for (int32_t seq = 0; seq < n_seq; ++seq) {
+        if ((int32_t) seen.size() <= seq) {
+            seen.push_back(json::object());
+        }
+        json & last = seen[seq];
+        const json now = server_kv_compress_json(ctx, seq);
+        if (now.is_null()) {
+            continue;
+        }
+        bool went_down = false;
+        for (const char * c : counters) {
+            went_down |= now.at(c).get<double>() < last.value(c, 0.0);
+        }
+        for (const char * c : counters) {
+            if (went_down) {
+                retired[c] = retired[c].get<double>() + last.value(c, 0.0);
+            }
+            last[c] = now.at(c).get<double>();
+        }
+    }
+    for (const char * c : counters) {
+        double sum = retired[c].get<double>();
+        for (const auto & last : seen) {
+            sum += last.value(c, 0.0);
+        }
+        total[c] = sum;
+    }
+    cur["retired"]  = std::move(retired);
+    cur["seen"]     = std::move(seen);
+    cur["lifetime"] = std::move(total);
+    return cur;
+}
+
+// /metrics: counters and gauges (Item is server_task_result_metrics::metric_item) from server_kv_compress_metrics
 template <typename Item>
 std::pair<std::vector<Item>, std::vector<Item>> server_kv_compress_metric_items(const json & kv) {
     if (!kv.is_object()) {
         return {};
     }
+    const json & life = kv.at("lifetime");
     std::vector<Item> counters = {
-        {"kv_evicted_total",         "KV cells evicted by compression",             kv.at("evicted").get<double>()},
-        {"kv_compress_events_total", "KV compression passes",                       kv.at("compress_events").get<double>()},
-        {"kv_plugin_seconds_total",  "Time spent in the KV compression plugin",     kv.at("plugin_ms").get<double>() / 1.e3},
-        {"kv_recalled_total",        "KV cells recalled from the archive",          kv.at("recalled").get<double>()},
+        {"kv_evicted_total",         "KV cells evicted by compression",             life.at("evicted").get<double>()},
+        {"kv_compress_events_total", "KV compression passes",                       life.at("compress_events").get<double>()},
+        {"kv_plugin_seconds_total",  "Time spent in the KV compression plugin",     life.at("plugin_ms").get<double>() / 1.e3},
+        {"kv_recalled_total",        "KV cells recalled from the archive",          life.at("recalled").get<double>()},
     };
     std::vector<Item> gauges = {
         {"kv_cells_used",     "KV cells held by all sequences",                  kv.at("cells_in_use").get<double>()},
