@@ -12,9 +12,9 @@ script), `-np 4` with `--kv-compress beacon`, the archive and `--slot-save-path`
   chunks, invalid requests and slot save/erase/restore;
 - speculative (the rest, at least 20 s): the same server flags plus `--spec-type ngram-simple`, with
   four threads sending text that repeats itself, so every slot drafts at once. Speculation is a
-  server flag (no request can turn it off), and with it on, 4 slots drafting together overflow the
-  server's batch (n_batch is lowered to n_ubatch under compression), which aborts the server: a
-  separate phase keeps that failure from hiding everything the main phase checks.
+  server flag (no request can turn it off), and 4 slots drafting together exceed the server's batch
+  (n_batch is lowered to n_ubatch under compression): the server shortens the drafts to fit (it used
+  to abort), and a separate phase keeps such a failure from hiding everything the main phase checks.
 
 Pollers read /slots, /metrics, /health and the server's VmRSS throughout.
 
