@@ -76,8 +76,9 @@ pub fn fingerprint(s: &ReasonSettings, model: &Path) -> String {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!(
-        "model={name} seed={} steps={} parts={} n_tokens={} chunk={} extra={} llama={}",
+        "model={name} seed={} single_steps={} steps={} parts={} n_tokens={} chunk={} extra={} llama={}",
         s.seed,
+        s.shape.single_steps,
         s.shape.steps,
         s.shape.parts,
         s.n_tokens,

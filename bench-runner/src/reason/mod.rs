@@ -45,7 +45,7 @@ pub struct ReasonCli {
     /// --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// KV budgets in cells [default: 64,128; --quick: 32,64]
+    /// KV budgets in cells [default: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
@@ -55,13 +55,16 @@ pub struct ReasonCli {
     /// Problems per cell (half chains, half single problems) [default: 40; --quick: 4]
     #[arg(long, value_name = "N")]
     pub problems: Option<u32>,
-    /// Operations per word problem of a chain; a single problem has twice as many [default: 3]
+    /// Operations of a single problem [default: 6]
+    #[arg(long, value_name = "N")]
+    pub single_steps: Option<u32>,
+    /// Operations per word problem of a chain [default: 2]
     #[arg(long, value_name = "N")]
     pub steps: Option<u32>,
-    /// Word problems per chain [default: 4]
+    /// Word problems per chain [default: 3]
     #[arg(long, value_name = "N")]
     pub parts: Option<u32>,
-    /// Most tokens generated per answer [default: 1536; --quick: 256]
+    /// Most tokens generated per answer [default: 1024; --quick: 256]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
     /// Seed of the problem generator
@@ -132,12 +135,12 @@ pub fn check_policy(p: &str) -> Result<(), String> {
 
 pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
-    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![64, 128]);
+    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![32, 64]);
     let policies = cli
         .policies
         .unwrap_or_else(|| DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect());
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
-        return Err("--budgets needs numbers of at least 8, e.g. 64,128".into());
+        return Err("--budgets needs numbers of at least 8, e.g. 32,64".into());
     }
     if policies.is_empty() {
         return Err("--policies needs at least one policy".into());
@@ -152,12 +155,19 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         return Err("--policies: an entry is given twice".into());
     }
     let problems = pick(cli.problems, quick, 4, 40);
-    let steps = cli.steps.unwrap_or(3);
-    let parts = cli.parts.unwrap_or(4);
-    let n_tokens = pick(cli.n_tokens, quick, 256, 1536);
-    if problems == 0 || steps == 0 || parts < 2 || n_tokens == 0 || cli.chunk == 0 {
+    let single_steps = cli.single_steps.unwrap_or(6);
+    let steps = cli.steps.unwrap_or(2);
+    let parts = cli.parts.unwrap_or(3);
+    let n_tokens = pick(cli.n_tokens, quick, 256, 1024);
+    if problems == 0
+        || steps == 0
+        || single_steps == 0
+        || parts < 2
+        || n_tokens == 0
+        || cli.chunk == 0
+    {
         return Err(
-            "--problems, --steps, --n-tokens and --chunk must be positive, --parts at least 2"
+            "--problems, --steps, --single-steps, --n-tokens and --chunk must be positive, --parts at least 2"
                 .into(),
         );
     }
@@ -172,6 +182,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         policies,
         problems,
         shape: Shape {
+            single_steps: single_steps as usize,
             steps: steps as usize,
             parts: parts as usize,
         },

@@ -233,7 +233,7 @@ impl Report {
             s.problems,
             s.shape.parts,
             s.shape.steps,
-            2 * s.shape.steps,
+            s.shape.single_steps,
             s.seed,
             s.n_tokens,
             s.run.threads,
