@@ -64,7 +64,7 @@ pub struct ReasonCli {
     /// Word problems per chain [default: 3]
     #[arg(long, value_name = "N")]
     pub parts: Option<u32>,
-    /// Most tokens generated per answer [default: 1024; --quick: 256]
+    /// Most tokens generated per answer (bounds the time of answers that loop) [default: 768; --quick: 256]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
     /// Seed of the problem generator
@@ -158,7 +158,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let single_steps = cli.single_steps.unwrap_or(6);
     let steps = cli.steps.unwrap_or(2);
     let parts = cli.parts.unwrap_or(3);
-    let n_tokens = pick(cli.n_tokens, quick, 256, 1024);
+    let n_tokens = pick(cli.n_tokens, quick, 256, 768);
     if problems == 0
         || steps == 0
         || single_steps == 0

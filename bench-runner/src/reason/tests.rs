@@ -294,7 +294,7 @@ fn options() {
     let s = settings(&[]).unwrap();
     assert_eq!(s.budgets, vec![32, 64]);
     assert_eq!(s.policies, DEFAULT_POLICIES.to_vec());
-    assert_eq!((s.problems, s.n_tokens, s.min_ratio), (40, 1024, 4.0));
+    assert_eq!((s.problems, s.n_tokens, s.min_ratio), (40, 768, 4.0));
     assert_eq!(
         s.shape,
         Shape {
@@ -442,7 +442,7 @@ fn resume_skips_what_is_done() {
     // the fingerprint names what changes the answers
     let f = fingerprint(&s, Path::new("/x/m.gguf"));
     assert!(
-        f.contains("model=m.gguf") && f.contains("seed=7") && f.contains("n_tokens=1024"),
+        f.contains("model=m.gguf") && f.contains("seed=7") && f.contains("n_tokens=768"),
         "{f}"
     );
 }
