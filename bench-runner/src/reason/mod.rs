@@ -1,0 +1,219 @@
+//! `beaconkv-bench reason`: chain-of-thought accuracy. Arithmetic word problems and chains of them
+//! ([`problems`]), generated from a seed, answered by free greedy generation (`beaconkv-eval
+//! --mode reason`) with the full cache and every policy × budget, checked by program.
+//!
+//! Every answer is appended to `results.jsonl` in the output folder as soon as it is checked; a
+//! rerun with the same folder and settings skips the (problem, config) pairs already there.
+//! Tables (accuracy with its Wilson interval, count and mean generated length per cell; cells
+//! whose mean length is under `--min-ratio` × budget are flagged), CSV and plots go to the same
+//! folder.
+//!
+//! Layout: this file holds the options, `problems.rs` the generator and checker, `report.rs` the
+//! tables and plots, `driver.rs` the run and its resume file.
+
+mod driver;
+pub mod problems;
+mod report;
+#[cfg(test)]
+mod tests;
+
+pub use driver::run;
+
+use crate::args::pick;
+use problems::Shape;
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// The policies measured besides the full cache. A plain list: any policy the library knows
+/// (e.g. `rkv`) is added by name; `/key=value` adds spec keys, `+archive` the archive.
+pub const DEFAULT_POLICIES: [&str; 6] = [
+    "beacon",
+    "beacon/score=prob",
+    "recent",
+    "streaming",
+    "random",
+    "beacon+archive",
+];
+
+#[derive(clap::Args, Debug)]
+pub struct ReasonCli {
+    /// CI run: the tiny test model, budgets 32,64, four problems, 256 tokens, and a check that a
+    /// rerun skips what is done (accuracy is whatever it is)
+    #[arg(long)]
+    pub quick: bool,
+    /// Model GGUF [default: Qwen2.5-Coder-1.5B-Instruct from scripts/fetch-models.sh qwen15;
+    /// --quick: build/models/tiny.gguf]
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<PathBuf>,
+    /// KV budgets in cells [default: 32,64]
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub budgets: Option<Vec<u32>>,
+    /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
+    /// [default: beacon,beacon/score=prob,recent,streaming,random,beacon+archive]
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub policies: Option<Vec<String>>,
+    /// Problems per cell (half chains, half single problems) [default: 40; --quick: 4]
+    #[arg(long, value_name = "N")]
+    pub problems: Option<u32>,
+    /// Operations of a single problem [default: 6]
+    #[arg(long, value_name = "N")]
+    pub single_steps: Option<u32>,
+    /// Operations per word problem of a chain [default: 2]
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u32>,
+    /// Word problems per chain [default: 3]
+    #[arg(long, value_name = "N")]
+    pub parts: Option<u32>,
+    /// Most tokens generated per answer (bounds the time of answers that loop) [default: 768; --quick: 256]
+    #[arg(long, value_name = "N")]
+    pub n_tokens: Option<u32>,
+    /// Seed of the problem generator
+    #[arg(long, value_name = "N", default_value_t = 7)]
+    pub seed: u64,
+    /// Largest chunk a compressed context's prompt is fed in (also at most budget/8)
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub chunk: u32,
+    /// Flag a cell whose mean generated length is below this many times its budget
+    #[arg(long, value_name = "X", default_value_t = 4.0)]
+    pub min_ratio: f64,
+    /// Output folder, also the one a rerun resumes [default: results/reason-<model-stem> in the
+    /// repository; --quick: a fresh run every time]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub run: crate::run::EvalArgs,
+}
+
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ReasonSettings {
+    pub quick: bool,
+    pub model: Option<PathBuf>,
+    pub budgets: Vec<u32>,
+    pub policies: Vec<String>,
+    pub problems: u32,
+    pub shape: Shape,
+    pub n_tokens: u32,
+    pub seed: u64,
+    pub chunk: u32,
+    pub min_ratio: f64,
+    pub out: Option<PathBuf>,
+    #[serde(flatten)]
+    pub run: crate::run::EvalOptions,
+}
+
+/// A policy entry: a name (letters, digits, `_`, `-`, optionally `+archive[_TYPE]`), then
+/// optional `/key=value` spec keys. `none` is the reference and always measured.
+pub fn check_policy(p: &str) -> Result<(), String> {
+    let (name, keys) = p.split_once('/').unwrap_or((p, ""));
+    if name == "none" {
+        return Err(
+            "--policies: 'none' (the full cache) is the reference and always measured".into(),
+        );
+    }
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-+".contains(c));
+    let keys_ok = keys.is_empty()
+        || keys.split('/').all(|kv| {
+            kv.split_once('=').is_some_and(|(k, v)| {
+                !k.is_empty()
+                    && !v.is_empty()
+                    && kv
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.=".contains(c))
+            })
+        });
+    if name_ok && keys_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--policies: invalid entry '{p}' (NAME[+archive][/key=value...], e.g. beacon/score=prob)"
+        ))
+    }
+}
+
+pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
+    let quick = cli.quick;
+    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![32, 64]);
+    let policies = cli
+        .policies
+        .unwrap_or_else(|| DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect());
+    if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
+        return Err("--budgets needs numbers of at least 8, e.g. 32,64".into());
+    }
+    if policies.is_empty() {
+        return Err("--policies needs at least one policy".into());
+    }
+    for p in &policies {
+        check_policy(p)?;
+    }
+    let mut dedup = policies.clone();
+    dedup.sort();
+    dedup.dedup();
+    if dedup.len() != policies.len() {
+        return Err("--policies: an entry is given twice".into());
+    }
+    let problems = pick(cli.problems, quick, 4, 40);
+    let single_steps = cli.single_steps.unwrap_or(6);
+    let steps = cli.steps.unwrap_or(2);
+    let parts = cli.parts.unwrap_or(3);
+    let n_tokens = pick(cli.n_tokens, quick, 256, 768);
+    if problems == 0
+        || steps == 0
+        || single_steps == 0
+        || parts < 2
+        || n_tokens == 0
+        || cli.chunk == 0
+    {
+        return Err(
+            "--problems, --steps, --single-steps, --n-tokens and --chunk must be positive, --parts at least 2"
+                .into(),
+        );
+    }
+    if cli.min_ratio.is_nan() || cli.min_ratio < 0.0 {
+        return Err("--min-ratio must be a number >= 0".into());
+    }
+    let run = cli.run.resolve(root)?;
+    Ok(ReasonSettings {
+        quick,
+        model: cli.model,
+        budgets,
+        policies,
+        problems,
+        shape: Shape {
+            single_steps: single_steps as usize,
+            steps: steps as usize,
+            parts: parts as usize,
+        },
+        n_tokens,
+        seed: cli.seed,
+        chunk: cli.chunk,
+        min_ratio: cli.min_ratio,
+        out: cli.out,
+        run,
+    })
+}
+
+/// The `beaconkv-eval` config of a policy entry at a budget: "beacon/score=prob" at 64 is
+/// "beacon:64/score=prob" (with `--extra` keys after it); `none` is "none".
+pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {
+    if policy == "none" {
+        return "none".into();
+    }
+    match policy.split_once('/') {
+        Some((name, keys)) => format!("{name}:{budget}/{keys}{extra}"),
+        None => format!("{policy}:{budget}{extra}"),
+    }
+}
+
+/// Every cell: ("none", 0), then every policy × budget.
+pub fn cells(s: &ReasonSettings) -> Vec<(String, u32)> {
+    let mut c = vec![("none".to_string(), 0)];
+    for p in &s.policies {
+        for &b in &s.budgets {
+            c.push((p.clone(), b));
+        }
+    }
+    c
+}
