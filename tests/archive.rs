@@ -419,10 +419,16 @@ fn the_token_ids_ride_in_the_sequence_state() {
         "not recalled after a restore"
     );
     assert_rows_restored(&host);
-    // version 3: the same bytes without the trailing token ids
+    // version 3: the same bytes up to the token ids
     let (mut blob, mut host, mut rng) = run_to_gap();
-    let n_ids = 300;
-    blob.truncate(blob.len() - 8 - 4 * n_ids);
+    // the ids are the array [token_at(0), token_at(1), ..] of 300: cut the state there
+    let mut ids = 300u64.to_le_bytes().to_vec();
+    ids.extend_from_slice(&token_at(0).to_le_bytes());
+    let at = blob
+        .windows(ids.len())
+        .rposition(|w| w == ids)
+        .expect("the token ids in the state");
+    blob.truncate(at);
     blob[4..8].copy_from_slice(&3u32.to_le_bytes());
     let mut old = Engine::new(params, &mut host);
     old.load_seq(0, &blob).unwrap();
@@ -742,5 +748,69 @@ fn page_bounds_never_underestimate_exact_logits() {
                 "row {r} page {p}: bound {bound} vs {best}"
             );
         }
+    }
+}
+
+/// The query of step `pos` in `a_restored_sequence_continues_exactly`: away from the passage,
+/// then towards it, away again, towards it again.
+fn seeks_at(pos: i32) -> bool {
+    (300..330).contains(&pos) || (360..390).contains(&pos)
+}
+
+/// Runs steps 0..400 and returns the positions held after each step from `from` on and the
+/// final counters; with `save_at`, the sequence is saved after that step and restored into a
+/// fresh context on the same host, which runs the rest.
+fn run_restoring(spec: &str, from: i32, save_at: Option<i32>) -> (Vec<Vec<i32>>, Vec<u64>) {
+    let (mut engine, mut host, mut rng) = setup(spec);
+    let mut held = Vec::new();
+    for pos in 0..400 {
+        step(&mut engine, &mut host, &mut rng, pos, seeks_at(pos));
+        if save_at == Some(pos) {
+            let blob = engine.save_seq(0).unwrap();
+            engine = Engine::new(Params::parse(spec).unwrap(), &mut host);
+            engine.load_seq(0, &blob).unwrap();
+        }
+        if pos >= from {
+            held.push(host.positions(0));
+        }
+    }
+    let st = engine.stats(0);
+    let counters = vec![
+        st.cells_in_use as u64,
+        st.evicted,
+        st.compress_events,
+        st.archived,
+        st.recalled,
+        st.archive_dropped,
+        st.archive_bytes,
+    ];
+    (held, counters)
+}
+
+#[test]
+fn a_restored_sequence_continues_exactly() {
+    // saved at any step (before the passage returns, while it is being recalled, between the
+    // two returns) and restored into a fresh context, the sequence keeps and recalls exactly the
+    // cells the uninterrupted one does, and reports the same counters
+    let spec = spec(",archive=96,recall_every=1");
+    for save_at in [290, 302, 310, 340, 365] {
+        let (want, want_counters) = run_restoring(&spec, save_at + 1, None);
+        assert!(
+            want_counters[4] > 0,
+            "nothing recalled: the test checks nothing"
+        );
+        let (got, got_counters) = run_restoring(&spec, save_at + 1, Some(save_at));
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                w,
+                g,
+                "saved after {save_at}: cells differ at {}",
+                save_at + 1 + i as i32
+            );
+        }
+        assert_eq!(
+            want_counters, got_counters,
+            "saved after {save_at}: counters"
+        );
     }
 }

@@ -18,11 +18,13 @@
 
 mod layout;
 pub mod probe;
+mod recall_state;
 mod rows;
 mod store;
 pub mod tokens;
 
 pub use layout::{LayerFormat, Layout};
 pub use probe::RecallProbe;
+pub use recall_state::SeqRecall;
 pub use rows::{ArchiveScratch, RawRows, RecallRows};
 pub use store::SeqArchive;

@@ -24,30 +24,6 @@ use crate::archive::{Layout, RecallProbe, SeqArchive};
 use crate::host::Host;
 use crate::scoring::{ExtraKeys, ScoreCtx, ScoreError};
 
-/// Per-sequence recall state.
-#[derive(Clone, Debug, Default)]
-pub struct SeqRecall {
-    /// The middle cells the last pass kept, weakest first: (raw score = max logit, position).
-    /// A page whose keys beat the weakest under the newest query is recalled in their place.
-    /// Empty until a pass ran (or after a restore).
-    pub victims: Vec<(f32, i32)>,
-    /// Decode steps since the last recall check.
-    pub since_check: usize,
-    /// The last batch brought several tokens in the decode phase (a new user turn).
-    pub after_batch: bool,
-    /// Positions recalled by the last pass: the next pass keeps them.
-    pub held: Vec<i32>,
-    /// A check since the last pass found the text repeating an earlier passage (recall by
-    /// tokens): the next pass lets archived pages compete.
-    pub repeat_seen: bool,
-    /// The first and last positions of the batch about to be placed, when its token ids are
-    /// known (set by `record_tokens`, taken by `before_batch`).
-    pub batch_span: Option<(i32, i32)>,
-    /// The first position of the last batch when it brought several tokens and asked for no
-    /// output: a chunk of a prompt or turn whose end is still to come.
-    pub chunk_start: Option<i32>,
-}
-
 /// Archived pages a check confirms with exact logits when the cache holds nothing the newest
 /// queries want.
 const TARGET_PAGES: usize = 8;

@@ -1,10 +1,9 @@
 //! Per-sequence state: phase, query stores, statistics, archive, recall bookkeeping and token
 //! ids, built in one place and trimmed when the host removes positions.
 
-use super::recall::SeqRecall;
 use super::Engine;
 use crate::archive::tokens::TokenTrail;
-use crate::archive::{Layout, SeqArchive};
+use crate::archive::{Layout, SeqArchive, SeqRecall};
 use crate::host::LayerDesc;
 use crate::persist::{SavedSeq, SeqParts};
 use crate::queries::SeqQueries;
@@ -52,8 +51,7 @@ impl SeqState {
         }
     }
 
-    /// A sequence restored from its saved parts (nothing pending: no verification, no recall
-    /// bookkeeping).
+    /// A sequence restored from its saved parts (no verification pending).
     pub(super) fn restored(saved: SavedSeq) -> Self {
         let mut state = SeqState::new(saved.queries);
         state.phase = if saved.decode {
@@ -65,6 +63,7 @@ impl SeqState {
         state.stats = saved.stats;
         state.archive = saved.archive;
         state.trail = saved.trail;
+        state.recall = saved.recall;
         state
     }
 
@@ -77,6 +76,7 @@ impl SeqState {
             queries: &self.queries,
             archive: &self.archive,
             trail: &self.trail,
+            recall: &self.recall,
         }
     }
 

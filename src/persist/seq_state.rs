@@ -3,7 +3,7 @@
 
 use super::{MAGIC, VERSION};
 use crate::archive::tokens::TokenTrail;
-use crate::archive::{Layout, SeqArchive};
+use crate::archive::{Layout, SeqArchive, SeqRecall};
 use crate::codec::{Reader, Writer};
 use crate::queries::SeqQueries;
 use crate::stats::SeqStats;
@@ -17,6 +17,7 @@ pub struct SeqParts<'a> {
     pub queries: &'a SeqQueries,
     pub archive: &'a SeqArchive,
     pub trail: &'a TokenTrail,
+    pub recall: &'a SeqRecall,
 }
 
 /// The parts of one sequence read back by `load_seq`; statistics the state does not hold start
@@ -28,6 +29,7 @@ pub struct SavedSeq {
     pub queries: SeqQueries,
     pub archive: SeqArchive,
     pub trail: TokenTrail,
+    pub recall: SeqRecall,
 }
 
 /// The state bytes of one sequence, in the current `VERSION`.
@@ -63,6 +65,10 @@ pub fn save_seq(parts: &SeqParts) -> Vec<u8> {
     w.u64(a.buf.len() as u64);
     w.buf.extend_from_slice(&a.buf);
     parts.trail.save(&mut w);
+    // version 5: the recall bookkeeping and the counters kept beside it
+    parts.recall.save(&mut w);
+    w.u64(st.recalled);
+    w.f64(st.ms_recall);
     w.buf
 }
 
@@ -90,6 +96,7 @@ pub fn load_seq(
         queries,
         archive: SeqArchive::default(),
         trail: TokenTrail::default(),
+        recall: SeqRecall::default(),
     };
     let st = &mut saved.stats;
     st.cells_in_use = r.u64()? as usize;
@@ -123,6 +130,11 @@ pub fn load_seq(
     }
     if version >= 4 {
         saved.trail = TokenTrail::load(&mut r)?;
+    }
+    if version >= 5 {
+        saved.recall = SeqRecall::load(&mut r)?;
+        saved.stats.recalled = r.u64()?;
+        saved.stats.ms_recall = r.f64()?;
     }
     r.finish()?;
     Ok(saved)
