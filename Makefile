@@ -66,6 +66,7 @@ demo: build
 test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
 	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
+	$(MAKE) soak SOAK_MINUTES=2
 	$(MAKE) gpu-check-dry-run
 
 test-unit:

@@ -460,7 +460,25 @@ bool test_state_roundtrip(env & e, bool with_plugin_state) {
         for (auto p : pa_) fprintf(stderr, " %d", p);
         fprintf(stderr, "\n");
     }
-    CHECK(continue_greedy(a.get(), a_logits, 300, rest_a), "uninterrupted run failed");
+    // a new turn first (a multi-token batch in the decode phase), then greedy decoding
+    const auto turn = prompt_tokens(e, 40);
+    auto after_turn = [&](llama_context * c, std::vector<float> & logits) {
+        if (!decode(c, turn.data(), (int) turn.size())) {
+            return false;
+        }
+        const float * lt = llama_get_logits_ith(c, -1);
+        logits.assign(lt, lt + e.n_vocab);
+        if (getenv("BEACONKV_STATE_DEBUG")) {
+            auto p_ = list_cells(c, 0).pos;
+            fprintf(stderr, "after the turn: %zu cells:", p_.size());
+            for (auto p : p_) fprintf(stderr, " %d", p);
+            fprintf(stderr, "\nlogits %.6f %.6f %.6f\n", logits[0], logits[1], logits[2]);
+        }
+        return true;
+    };
+    std::vector<float> a_turn_logits;
+    CHECK(after_turn(a.get(), a_turn_logits), "uninterrupted turn failed");
+    CHECK(continue_greedy(a.get(), a_turn_logits, 300, rest_a), "uninterrupted run failed");
 
     ctx_ptr b = make_ctx(e, spec, 4096);
     CHECK(b, "context creation failed");
@@ -476,7 +494,9 @@ bool test_state_roundtrip(env & e, bool with_plugin_state) {
         for (auto p : pb_) fprintf(stderr, " %d", p);
         fprintf(stderr, "\n");
     }
-    CHECK(continue_greedy(b.get(), a_logits, 300, rest_b), "restored run failed");
+    std::vector<float> b_turn_logits;
+    CHECK(after_turn(b.get(), b_turn_logits), "restored turn failed");
+    CHECK(continue_greedy(b.get(), b_turn_logits, 300, rest_b), "restored run failed");
     int same = 0;
     while (same < (int) rest_a.size() && rest_a[same] == rest_b[same]) {
         same++;
