@@ -410,7 +410,8 @@ int32_t beaconkv_after_decode(beaconkv_context * ctx);
 
 /* The host removed positions [p0, p1) of seq (p0 < 0: from 0; p1 < 0: to the end); seq < 0: all
  * sequences. Whole-sequence removal drops the plugin's state of that sequence; a range drops the
- * queries captured there, and a removed tail lowers the sequence's pos_max and prompt length.
+ * queries captured there, and a removed tail lowers the sequence's pos_max and prompt length (a tail
+ * removed from a point beaconkv_seq_reuse_point returned gives the state a fresh sequence has there).
  * Honoured in every mode, fallback included. */
 void beaconkv_seq_removed(beaconkv_context * ctx, int32_t seq, int32_t p0, int32_t p1);
 
@@ -422,6 +423,16 @@ void beaconkv_seq_removed(beaconkv_context * ctx, int32_t seq, int32_t p0, int32
  * destination's query state and raises its pos_max to the copied range. Negative ids and
  * seq_src == seq_dst are ignored. Honoured in every mode, fallback included. */
 void beaconkv_seq_copied(beaconkv_context * ctx, int32_t seq_src, int32_t seq_dst, int32_t p0, int32_t p1);
+
+/* Prompt reuse. A host about to keep the first n_past positions of seq and compute the rest of a new
+ * prompt (llama-server's prompt cache) keeps the returned count instead (<= n_past), then removes
+ * the positions from it on (beaconkv_seq_removed): seq then continues exactly as a fresh sequence
+ * given the same prompt. The count is the last point of the prompt, below every eviction, where the
+ * plugin copied its query state (every 256 positions, coarser past 1024; none in a restored state),
+ * or 0; it is n_past itself when that is already exact, for an unknown sequence, and when the kept
+ * part reaches past the prompt into generated text (a new turn keeps the compressed history).
+ * Returns BEACONKV_ERR_NULL for a NULL ctx, BEACONKV_ERR_PANIC on a caught panic: keep n_past then. */
+int32_t beaconkv_seq_reuse_point(const beaconkv_context * ctx, int32_t seq, int32_t n_past);
 
 /* ---- sequence state (save / restore) ------------------------------------------------------ */
 

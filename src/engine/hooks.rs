@@ -112,7 +112,18 @@ impl Engine {
             st.pos_max = st.pos_max.max(p);
             st.n_tokens += 1;
         }
-        self.capture_queries(host, pos, seq_id, q_row, t0)
+        let captured = self.capture_queries(host, pos, seq_id, q_row, t0);
+        if captured.is_ok() && self.params.policy.uses_queries() {
+            for &s in seq_id {
+                let state = self.seq_entry(s);
+                if state.phase == Phase::Prompt {
+                    state
+                        .marks
+                        .after_ubatch(state.stats.pos_max + 1, &state.queries);
+                }
+            }
+        }
+        captured
     }
 
     /// Hook: end of a decode call. Sequences above budget are compressed to `budget_min`;
@@ -163,7 +174,13 @@ impl Engine {
             return;
         }
         let layout = self.archive.as_ref();
-        let trim = |state: &mut SeqState| state.remove_range(layout, lo, hi);
+        let uses_queries = self.params.policy.uses_queries();
+        let trim = |state: &mut SeqState| {
+            if hi == i32::MAX {
+                state.roll_back(lo, uses_queries);
+            }
+            state.remove_range(layout, lo, hi)
+        };
         if seq < 0 {
             self.seqs.values_mut().for_each(trim);
         } else if let Some(state) = self.seqs.get_mut(&seq) {

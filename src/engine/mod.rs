@@ -17,7 +17,7 @@
 //! Files: `hooks.rs` (the hooks) calls `capture.rs` (query capture), `pass.rs` (a compression
 //! pass), `quote.rs` and `recall.rs` (recall between passes); `pass.rs` and `recall.rs` use
 //! `archive_pass.rs` (candidates, archiving, placing back); `seq.rs` holds per-sequence state,
-//! `layers.rs` the layer descriptions, `fallback.rs` who scores and the once-only warnings.
+//! `layers.rs` the layer descriptions, `reuse.rs` exact prompt reuse, `fallback.rs` who scores and the once-only warnings.
 
 mod archive_pass;
 mod capture;
@@ -27,6 +27,7 @@ mod layers;
 mod pass;
 mod quote;
 mod recall;
+mod reuse;
 mod seq;
 
 use std::collections::BTreeMap;

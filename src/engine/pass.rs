@@ -335,6 +335,7 @@ impl Engine {
             match (k < n, evicted) {
                 (true, true) => {
                     sc.evict_cells.push(sc.cells[k]);
+                    state.marks.evicted([sc.pos[k]]);
                     if archiving {
                         a.ev_pos.push(sc.pos[k]);
                         a.ev_scores.push(a.comb_scores[ci]);

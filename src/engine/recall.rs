@@ -173,6 +173,7 @@ impl Engine {
             }
             if let Ok(i) = pos.binary_search(&p) {
                 scratch.evict_cells.push(cells[i]);
+                state.marks.evicted([p]);
                 sc.ev_pos.push(p);
                 sc.ev_scores.push(score);
             }

@@ -1,6 +1,7 @@
 //! Per-sequence state: phase, query stores, statistics, archive, recall bookkeeping and token
 //! ids, built in one place and trimmed when the host removes positions.
 
+use super::reuse::PromptMarks;
 use super::Engine;
 use crate::archive::tokens::TokenTrail;
 use crate::archive::{Layout, SeqArchive, SeqRecall};
@@ -34,6 +35,8 @@ pub(super) struct SeqState {
     pub(super) recall: SeqRecall,
     /// Token ids by position (recorded only while the archive recalls by tokens).
     pub(super) trail: TokenTrail,
+    /// Query stores at grid positions of the prompt, for exact prompt reuse (`reuse.rs`).
+    pub(super) marks: PromptMarks,
 }
 
 impl SeqState {
@@ -48,6 +51,7 @@ impl SeqState {
             archive: SeqArchive::default(),
             recall: SeqRecall::default(),
             trail: TokenTrail::default(),
+            marks: PromptMarks::default(),
         }
     }
 
@@ -115,6 +119,7 @@ impl SeqState {
         }
         self.recall.held.retain(|&p| p < lo || p >= hi);
         self.trail.remove_range(lo, hi);
+        self.marks.truncate(lo);
         if hi == i32::MAX {
             self.stats.pos_max = self.stats.pos_max.min(lo - 1);
             self.prompt_len = self.prompt_len.min(lo as usize);

@@ -117,6 +117,39 @@ def test_interleaved_conversations_resume_exactly(server, tiny):
     assert t["cache_n"] > BUDGET and 0 < t["kv_cache_cells"] <= BUDGET, t
 
 
+@pytest.mark.parametrize("policy", ["beacon", "recent"])
+def test_reused_prompt_continues_as_on_a_fresh_slot(server, tiny, policy):
+    # a later request shares 280 positions of the first one's 300-token prompt; the first request generated
+    # 100 tokens within the budget (its queries displaced the prompt's), the second compresses many times
+    budget = 512
+    kv = ["--kv-compress", policy, "--kv-budget", str(budget), "--kv-window", "16"]
+    first, second = words(300, 5), words(280, 5) + words(40, 9)
+    fresh = server(tiny, "-c", "4096", "-np", "1", *kv)
+    want = fresh.complete(second, 3 * budget)["content"]
+    fresh.stop()
+
+    s = server(tiny, "-c", "4096", "-np", "1", *kv)
+    s.complete(first, 100)
+    res = s.complete(second, 3 * budget)
+    # the prompt state was copied every 256 positions: 256 are reused, the rest computed again
+    assert res["timings"]["cache_n"] == 256, res["timings"]
+    assert res["content"] == want, "the reused prompt continues differently from the fresh slot"
+
+
+def test_same_prompt_again_after_eviction_continues_as_on_a_fresh_slot(server, tiny):
+    # the first request evicted positions of its own prompt: nothing of it can be reused exactly
+    prompt = words(400, 6)
+    fresh = server(tiny, "-c", "4096", "-np", "1", *KV)
+    want = fresh.complete(prompt, 2 * BUDGET)["content"]
+    fresh.stop()
+
+    s = server(tiny, "-c", "4096", "-np", "1", *KV)
+    s.complete(prompt, 2 * BUDGET)
+    res = s.complete(prompt, 2 * BUDGET)
+    assert res["timings"]["cache_n"] == 0, res["timings"]
+    assert res["content"] == want
+
+
 def test_slot_save_erase_restore_continues(server, tiny, tmp_path):
     a1, a2 = words(150, 4), words(40, 5)
     n = 2 * BUDGET

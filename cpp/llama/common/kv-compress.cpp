@@ -139,6 +139,12 @@ beaconkv_context * common_kv_compress_get(const llama_context * ctx) {
     return (beaconkv_context *) llama_kv_plugin_get_ud(ctx);
 }
 
+int32_t common_kv_compress_reuse_point(const llama_context * ctx, llama_seq_id seq, int32_t n_past) {
+    const beaconkv_context * bkv = common_kv_compress_get(ctx);
+    const int32_t keep = bkv ? beaconkv_seq_reuse_point(bkv, seq, n_past) : n_past;
+    return keep < 0 ? n_past : std::min(keep, n_past); // an error keeps what upstream keeps
+}
+
 bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_kv_compress_info & out) {
     beaconkv_context * bkv = common_kv_compress_get(ctx);
     if (!bkv) {

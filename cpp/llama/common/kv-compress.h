@@ -74,5 +74,9 @@ struct common_kv_compress_info {
 // false when ctx has no compression plugin attached
 bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_kv_compress_info & out);
 
+// prompt reuse: how many of the first n_past positions of seq to keep before computing the rest of a new prompt,
+// so that seq continues as a fresh sequence would (beaconkv_seq_reuse_point); n_past without compression
+int32_t common_kv_compress_reuse_point(const llama_context * ctx, llama_seq_id seq, int32_t n_past);
+
 // canonical spec of the plugin attached to ctx ("" if none)
 std::string common_kv_compress_spec(llama_context * ctx);

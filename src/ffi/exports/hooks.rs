@@ -123,3 +123,17 @@ pub unsafe extern "C" fn beaconkv_seq_copied(
         Ok(())
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn beaconkv_seq_reuse_point(
+    ctx: *const beaconkv_context,
+    seq: i32,
+    n_past: i32,
+) -> i32 {
+    with_context(
+        ctx,
+        "beaconkv_seq_reuse_point",
+        OnPanic::Return,
+        |inner, _| Ok(inner.engine.reuse_point(seq, n_past)),
+    )
+}

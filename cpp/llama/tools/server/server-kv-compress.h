@@ -33,6 +33,19 @@ inline json server_kv_compress_json(llama_context * ctx, llama_seq_id seq) {
     };
 }
 
+// the reused prompt positions of a slot (n_past of n_tokens): with compression, only as many as continue as on a fresh
+// slot (common_kv_compress_reuse_point). The last prompt token is always computed again, so the check is made at
+// n_tokens - 1 when the whole prompt is cached; positions follow tokens only without multimodal chunks
+inline int32_t server_kv_compress_reuse_point(llama_context * ctx, llama_seq_id seq, int32_t n_past, int32_t n_tokens,
+                                              bool has_mtmd) {
+    if (has_mtmd || n_past <= 0) {
+        return n_past;
+    }
+    const int32_t evaluated_from = (n_tokens > 0 && n_past >= n_tokens) ? n_tokens - 1 : n_past;
+    const int32_t keep = common_kv_compress_reuse_point(ctx, seq, evaluated_from);
+    return keep < evaluated_from ? keep : n_past;
+}
+
 // cells the sequence holds now (0 when compression is off)
 inline int32_t server_kv_compress_cells_in_use(llama_context * ctx, llama_seq_id seq) {
     const json kv = server_kv_compress_json(ctx, seq);
