@@ -119,8 +119,8 @@ def test_interleaved_conversations_resume_exactly(server, tiny):
 
 @pytest.mark.parametrize("policy", ["beacon", "recent"])
 def test_reused_prompt_continues_as_on_a_fresh_slot(server, tiny, policy):
-    # a later request shares 280 positions of the first one's 300-token prompt; the first request generated
-    # 100 tokens within the budget (its queries displaced the prompt's), the second compresses many times
+    # a later request shares 280 characters of the first one's 300 (over 256 tokens); the first request generates
+    # 50 tokens within the budget (their queries displace the prompt's), the second compresses many times
     budget = 512
     kv = ["--kv-compress", policy, "--kv-budget", str(budget), "--kv-window", "16"]
     first, second = words(300, 5), words(280, 5) + words(40, 9)
@@ -129,7 +129,7 @@ def test_reused_prompt_continues_as_on_a_fresh_slot(server, tiny, policy):
     fresh.stop()
 
     s = server(tiny, "-c", "4096", "-np", "1", *kv)
-    s.complete(first, 100)
+    assert s.complete(first, 50)["timings"]["kv_evicted"] == 0
     res = s.complete(second, 3 * budget)
     # the prompt state was copied every 256 positions: 256 are reused, the rest computed again
     assert res["timings"]["cache_n"] == 256, res["timings"]
