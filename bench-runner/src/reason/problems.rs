@@ -18,18 +18,16 @@ pub struct Shape {
 
 /// The system message: short, so that the protected prefix (the first turn's prompt, at most
 /// budget/4 cells) holds it.
-pub const SYSTEM: &str = "Solve each problem step by step in words, without code. End your \
-answer with a line \"Answer: N\".";
+pub const SYSTEM: &str = "You are a careful math tutor. Solve each problem step by step in plain \
+text (no code), showing every calculation. End your answer with a line \"Answer: N\".";
 
-/// One operation on the running amount. Only additions, subtractions and added groups: with
-/// 1.5B-parameter models, "doubles", "splits into equal parts and keeps one" and "sells 4 cases
-/// with 8 in each" were misread often enough to measure the wording rather than the reasoning.
+/// One operation on the running amount: additions and subtractions only. With the 1.5B model,
+/// "n boxes with k in each" was read as adding k n times or once often enough to measure the
+/// wording rather than the memory ("doubles" and "splits into equal parts" more so).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Op {
     Add(i64),
     Sub(i64),
-    /// `n` groups of `k` more.
-    AddGroups(i64, i64),
 }
 
 /// One turn: the user's problem and its answer.
@@ -65,23 +63,22 @@ impl Session {
     }
 }
 
-/// Things counted in a word problem: (plural noun, holder, verb for a gain, verb for a loss,
-/// container for groups).
-type Theme = (&'static str, &'static str, &'static str, &'static str, &'static str);
+/// Things counted in a word problem: (plural noun, holder, verb for a gain, verb for a loss).
+type Theme = (&'static str, &'static str, &'static str, &'static str);
 
-/// The themes; a session uses each at most once, so that a later problem names the earlier one
-/// by what it counted ("as many bottles as the farm had sheep at the end of Problem 1").
+/// The themes; a session uses each at most once, so that the model cannot mix up the amounts of
+/// two problems by their names.
 pub const THEMES: [Theme; 10] = [
-    ("sheep", "a farm", "buys", "sells", "pens"),
-    ("books", "a library", "receives", "lends out", "boxes"),
-    ("apples", "an orchard stall", "harvests", "sells", "crates"),
-    ("marbles", "a child", "wins", "loses", "bags"),
-    ("bricks", "a builder", "orders", "uses", "pallets"),
-    ("stamps", "a collector", "buys", "trades away", "albums"),
-    ("coins", "a jar", "gets", "spends", "rolls"),
-    ("pencils", "a school", "orders", "hands out", "packs"),
-    ("tickets", "a theatre", "prints", "sells", "books"),
-    ("bottles", "a shop", "stocks", "sells", "cases"),
+    ("sheep", "a farm", "buys", "sells"),
+    ("books", "a library", "receives", "lends out"),
+    ("apples", "an orchard stall", "harvests", "sells"),
+    ("marbles", "a child", "wins", "loses"),
+    ("bricks", "a builder", "orders", "uses"),
+    ("stamps", "a collector", "buys", "trades away"),
+    ("coins", "a jar", "gets", "spends"),
+    ("pencils", "a school", "orders", "hands out"),
+    ("tickets", "a theatre", "prints", "sells"),
+    ("bottles", "a shop", "stocks", "sells"),
 ];
 
 /// Largest running amount a problem reaches: small numbers keep the arithmetic about reasoning.
@@ -94,10 +91,9 @@ pub const MIN_VALUE: i64 = 20;
 /// The next operation on `v`: results between MIN_VALUE and MAX_VALUE.
 fn next_op(r: &mut Rng, v: i64) -> Op {
     loop {
-        let op = match r.below(3) {
+        let op = match r.below(2) {
             0 => Op::Add(r.range(5, 60)),
-            1 => Op::Sub(r.range(3, 60)),
-            _ => Op::AddGroups(r.range(2, 6), r.range(3, 15)),
+            _ => Op::Sub(r.range(3, 60)),
         };
         let w = apply(v, op);
         if (MIN_VALUE..=MAX_VALUE).contains(&w) {
@@ -110,13 +106,12 @@ fn apply(v: i64, op: Op) -> i64 {
     match op {
         Op::Add(a) => v + a,
         Op::Sub(a) => v - a,
-        Op::AddGroups(n, k) => v + n * k,
     }
 }
 
 /// The sentence of one operation, and its expression applied to `e`.
 fn sentence(op: Op, theme: Theme, e: &str) -> (String, String) {
-    let (noun, _, gain, loss, groups) = theme;
+    let (noun, _, gain, loss) = theme;
     match op {
         Op::Add(a) => (
             format!("Then it {gain} {a} more {noun}."),
@@ -126,26 +121,20 @@ fn sentence(op: Op, theme: Theme, e: &str) -> (String, String) {
             format!("Then it {loss} {a} {noun}."),
             format!("({e} - {a})"),
         ),
-        Op::AddGroups(n, k) => (
-            format!("Then it {gain} {n} {groups} with {k} {noun} in each."),
-            format!("({e} + {n} * {k})"),
-        ),
     }
 }
 
 /// Turn `k` (1-based) about `theme`: a word problem from a number, or from the answer of turn
-/// `from` (its number, theme and answer).
-fn turn(r: &mut Rng, k: usize, steps: usize, theme: Theme, from: Option<(usize, Theme, i64)>) -> Turn {
+/// `from` (its number and answer).
+fn turn(r: &mut Rng, k: usize, steps: usize, theme: Theme, from: Option<(usize, i64)>) -> Turn {
     let (noun, holder, ..) = theme;
     let (mut v, mut expr, mut text) = match from {
-        Some((j, (noun_j, holder_j, ..), a)) => (
+        Some((j, a)) => (
             a,
             format!("#{j}"),
             format!(
-                "Problem {k}: {} starts with as many {noun} as {} had {noun_j} at the end of \
-                 Problem {j}.",
-                capitalise(holder),
-                definite(holder_j)
+                "Problem {k}: {} starts with as many {noun} as your answer to Problem {j}.",
+                capitalise(holder)
             ),
         ),
         None => {
@@ -170,17 +159,8 @@ fn turn(r: &mut Rng, k: usize, steps: usize, theme: Theme, from: Option<(usize, 
         text,
         expr,
         answer: v,
-        from: from.map(|(j, ..)| j),
+        from: from.map(|(j, _)| j),
     }
-}
-
-/// "a farm" -> "the farm".
-fn definite(holder: &str) -> String {
-    let rest = holder
-        .strip_prefix("a ")
-        .or_else(|| holder.strip_prefix("an "))
-        .unwrap_or(holder);
-    format!("the {rest}")
 }
 
 fn capitalise(s: &str) -> String {
@@ -206,7 +186,7 @@ pub fn generate(seed: u64, index: u32, shape: Shape) -> Session {
     for k in 1..=shape.turns {
         let from = (k >= 3).then(|| {
             let j = 1 + r.below(k as u64 - 2) as usize;
-            (j, themes[(j - 1) % themes.len()], turns[j - 1].answer)
+            (j, turns[j - 1].answer)
         });
         let theme = themes[(k - 1) % themes.len()];
         turns.push(turn(&mut r, k, shape.steps.max(1), theme, from));

@@ -150,23 +150,7 @@ fn answers_are_right_by_an_independent_evaluator() {
                     if let Some(j) = n.strip_prefix('#') {
                         let j: usize = j.parse().unwrap();
                         assert_eq!(t.from, Some(j));
-                        // named by what problem j counted
-                        let (noun, holder, ..) = THEMES
-                            .iter()
-                            .find(|th| {
-                                p.turns[j - 1]
-                                    .text
-                                    .ends_with(&format!("How many {} does it have now?", th.0))
-                            })
-                            .unwrap();
-                        assert!(
-                            t.text.contains(&format!(
-                                "as the {} had {noun} at the end of Problem {j}.",
-                                holder.split_once(' ').unwrap().1
-                            )),
-                            "{}",
-                            t.text
-                        );
+                        assert!(t.text.contains(&format!("as your answer to Problem {j}.")));
                     } else if !n.is_empty() {
                         assert!(t.text.contains(n), "{}: {n} not in {}", p.id, t.text);
                     }
