@@ -493,6 +493,10 @@ static void test_nulls(void) {
     CHECK(beaconkv_spec_check(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "spec check");
     CHECK(beaconkv_max_ubatch(NULL) == BEACONKV_ERR_NULL, "max ubatch");
     CHECK(beaconkv_physical_cells(NULL, 1, 32, false, 8192, 0) == 0, "physical cells");
+    CHECK(beaconkv_seq_override_check(NULL, 0, -1, 0, err, sizeof(err)) == BEACONKV_ERR_NULL, "override check");
+    CHECK(beaconkv_seq_override(NULL, 0, 0, -1, 0) == BEACONKV_ERR_NULL, "override ctx");
+    CHECK(beaconkv_seq_params(NULL, 0, &p) == BEACONKV_ERR_NULL, "seq params ctx");
+    CHECK(beaconkv_seq_params(ctx, 0, NULL) == BEACONKV_ERR_NULL, "seq params out");
     uint8_t blob[16] = {0};
     CHECK(beaconkv_seq_state_get(ctx, 5, blob, sizeof(blob)) == BEACONKV_ERR_INVALID, "unknown sequence");
     const char * e1 = beaconkv_last_error(ctx);
