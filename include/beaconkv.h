@@ -59,7 +59,8 @@ typedef enum beaconkv_policy {
     BEACONKV_POLICY_BEACON    = 1, /* FPS beacons rotated to the scoring position + recent queries */
     BEACONKV_POLICY_RECENT    = 2, /* last n_recent queries only                                  */
     BEACONKV_POLICY_STREAMING = 3, /* sinks (prefix) + recent window, no scoring (StreamingLLM)   */
-    BEACONKV_POLICY_RANDOM    = 4  /* keep prefix + window, evict the middle uniformly (seeded)   */
+    BEACONKV_POLICY_RANDOM    = 4, /* keep prefix + window, evict the middle uniformly (seeded)   */
+    BEACONKV_POLICY_RKV       = 5  /* R-KV: recent queries' attention minus key redundancy        */
 } beaconkv_policy;
 
 /* How per-(layer, kv-head) scores become one score per cell (cells are shared by all layers). */

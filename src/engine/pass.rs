@@ -105,10 +105,12 @@ impl Engine {
                 m = self.pick_candidates(seq, stream, n);
             }
             // Cells selection always keeps need no score when nothing else reads one: the
-            // largest scores, unpooled, and no archive (it ranks every row it keeps).
+            // largest scores, unpooled, no archive (it ranks every row it keeps), and no other
+            // cell's score reading their keys.
             // The same conditions let the scorer stop scoring a cell once it cannot be among
             // the `n - target` lowest (only which cells are lowest is read).
             let only_order = m == 0
+                && !self.params.policy.scores_against_other_keys()
                 && self.archive.is_none()
                 && self.params.reduce == Reduce::Max
                 && self.params.span <= 1

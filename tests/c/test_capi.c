@@ -338,7 +338,8 @@ static void run_policy(const char * spec) {
         CHECK(st.cells_peak <= BUDGET, "peak %d", st.cells_peak);
     }
     CHECK(h.bad_evictions == 0, "%s: %d evictions of cells the sequence did not hold", spec, h.bad_evictions);
-    if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT)
+    if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT ||
+        params.policy == BEACONKV_POLICY_RKV)
         CHECK(h.syncs > 0, "synchronize never called");
     printf("%-60s cells=%d peak=%d evicted=%llu events=%llu ms_capture=%.2f ms_score=%.2f\n", spec,
            st.cells_in_use, st.cells_peak, (unsigned long long)st.evicted,
@@ -524,6 +525,7 @@ int main(int argc, char ** argv) {
         "streaming,budget=256",
         "recent,budget=256",
         "random,budget=256,seed=7",
+        "rkv,budget=256",
         "none,budget=256",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) run_policy(specs[i]);

@@ -24,14 +24,15 @@ use problems::Shape;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The policies measured besides the full cache. A plain list: any policy the library knows
-/// (e.g. `rkv`) is added by name; `/key=value` adds spec keys, `+archive` the archive.
-pub const DEFAULT_POLICIES: [&str; 6] = [
+/// The policies measured besides the full cache. A plain list: any policy the library knows is
+/// added by name; `/key=value` adds spec keys, `+archive` the archive.
+pub const DEFAULT_POLICIES: [&str; 7] = [
     "beacon",
     "beacon/score=prob",
     "recent",
     "streaming",
     "random",
+    "rkv",
     "beacon+archive",
 ];
 
@@ -49,7 +50,7 @@ pub struct ReasonCli {
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
-    /// [default: beacon,beacon/score=prob,recent,streaming,random,beacon+archive]
+    /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Problems per cell (half chains, half single problems) [default: 40; --quick: 4]

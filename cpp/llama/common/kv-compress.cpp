@@ -238,7 +238,7 @@ void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt
     // every flag appends key=value to params.kv_compress_spec and validates it
     add_opt(common_arg(
         {"--kv-compress"}, "POLICY",
-        "KV-cache compression policy: none|beacon|recent|streaming|random (default: off; any other --kv-* flag but --kv-cells turns it on with policy beacon)",
+        "KV-cache compression policy: none|beacon|recent|streaming|random|rkv (default: off; any other --kv-* flag but --kv-cells turns it on with policy beacon)",
         [](common_params & params, const std::string & value) {
             common_kv_compress_append(params, "--kv-compress", "policy=" + value);
         }
