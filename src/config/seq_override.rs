@@ -6,8 +6,9 @@
 //!   one the context's other settings allow; `min` and `prefix_max`, when the context sets them,
 //!   scale with the budget.
 //! - The policy may be the context's or one that reads nothing the context does not record:
-//!   `beacon` keeps FPS beacons, `recent` a ring of the newest queries, the others nothing, so
-//!   `streaming` and `random` run on every context and `beacon` / `recent` only on their own.
+//!   `beacon` keeps FPS beacons, `recent` and `rkv` a ring of the newest queries, the others
+//!   nothing, so `streaming` and `random` run on every context and `beacon`, `recent`, `rkv` only
+//!   on their own.
 //! - `none` keeps every cell, so it is allowed only where a sequence cannot outgrow the cells
 //!   sized for the budget: its logical context is known and within the budget (or the context
 //!   itself evicts nothing).
@@ -66,7 +67,7 @@ impl Params {
     fn refuses_policy(&self, policy: Policy, n_ctx_seq: Option<usize>) -> Option<String> {
         let records = |p: Policy| match p {
             Policy::Beacon => "FPS beacons",
-            Policy::Recent => "a ring of the newest queries",
+            Policy::Recent | Policy::Rkv => "a ring of the newest queries",
             _ => "no queries",
         };
         if policy.uses_queries() && policy != self.policy {
