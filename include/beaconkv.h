@@ -468,8 +468,8 @@ int32_t beaconkv_seq_override_check(const beaconkv_params * params, int32_t budg
  * passes run when it passes that budget, down to its min, with that policy's scorer. budget 0 and
  * policy -1 together return it to the context's settings. The setting is part of the sequence's
  * state: it lasts until the host removes the whole sequence (beaconkv_seq_removed with p0 <= 0 and
- * p1 < 0), or sets another; a whole copy (beaconkv_seq_copied) passes it on, and
- * beaconkv_seq_state_set keeps it (it is not saved in the blob). Checks as
+ * p1 < 0), or sets another; a copy (beaconkv_seq_copied) that gives the destination the source's
+ * state passes it on, and beaconkv_seq_state_set keeps it (it is not saved in the blob). Checks as
  * beaconkv_seq_override_check; on error nothing changes and beaconkv_last_error says why
  * ("beaconkv_seq_override: beaconkv: budget: ..."). Returns BEACONKV_OK, BEACONKV_ERR_INVALID,
  * BEACONKV_ERR_NULL for a NULL ctx, BEACONKV_ERR_PANIC on a caught panic. */
