@@ -1,6 +1,7 @@
 //! Micro-benchmark of one compression pass (scoring + reduction + selection) on one thread, at
 //! the shape of a small GQA model: 30 layers, 9 query heads, 3 kv heads, head_dim 64, f16 K,
-//! 2048 cached cells, 16 beacons + 16 recent queries per head. Prints a markdown table.
+//! 2048 cached cells, 16 beacons + 16 recent queries per head. Prints a markdown table, then one
+//! pass of `beacon` and `rkv` (its redundancy term is O(cells²) per kv head) by cache size.
 //!
 //! Keys and queries are random, so every layer scores alike and a pruned pass (docs/design.md)
 //! skips next to nothing here: this measures the kernel, not the pruning real passes get.
@@ -27,22 +28,23 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let mut host = FakeHost::new(LAYERS, HEADS, KV, D, CELLS, 1);
+/// A host of the benchmark's shape and an engine of `policy` over `cells` cells of sequence 0,
+/// filled one token at a time (so capture, with its FPS refreshes, runs as in decoding), with
+/// evictions accepted but not applied (every pass sees the same cells). Returns the fill time.
+fn filled(policy: &str, cells: usize, rng: &mut Lcg) -> (FakeHost, Engine, f64) {
+    let mut host = FakeHost::new(LAYERS, HEADS, KV, D, cells, 1);
     for l in &mut host.layers {
         l.raw.rope_n_dims = D as i32;
         l.raw.rope_mode = 2;
         l.raw.rope_n_ctx_orig = 8192;
     }
-    let params =
-        Params::parse("beacon,budget=4096,min=3584,beacons=16,recent=16,window=64,prefix=64")
-            .unwrap();
+    let params = Params::parse(&format!(
+        "{policy},budget=4096,min=3584,beacons=16,recent=16,window=64,prefix=64"
+    ))
+    .unwrap();
     let mut engine = Engine::new(params, &mut host);
-    let mut rng = Lcg(1);
-
-    // Fill the cache one token at a time, so capture (with its FPS refreshes) is measured too.
     let t = Instant::now();
-    for p in 0..CELLS as i32 {
+    for p in 0..cells as i32 {
         let cell = host.place(0, p);
         for l in &mut host.layers {
             for v in &mut l.k[cell * KV * D..(cell + 1) * KV * D] {
@@ -54,21 +56,32 @@ fn main() {
         }
         engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
     }
-    let fill_s = t.elapsed().as_secs_f64();
+    host.dry_evict = true;
+    (host, engine, t.elapsed().as_secs_f64())
+}
+
+/// Median time of `runs` passes from `cells` down to 7/8 of them (a decode pass: budget -> min).
+fn pass_ms(host: &mut FakeHost, engine: &mut Engine, cells: usize, runs: usize) -> f64 {
+    median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                engine.compress(host, 0, cells * 7 / 8).unwrap();
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect(),
+    )
+}
+
+fn main() {
+    let mut rng = Lcg(1);
+    let (mut host, mut engine, fill_s) = filled("beacon", CELLS, &mut rng);
     let capture_us = engine.stats(0).ms_capture * 1e3 / CELLS as f64;
 
     // Full passes (2048 -> 1792 cells); evictions are accepted but not applied, so every pass
     // sees the same 2048 cells.
-    host.dry_evict = true;
     let runs = 7;
-    let pass_ms: Vec<f64> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            engine.compress(&mut host, 0, 1792).unwrap();
-            t.elapsed().as_secs_f64() * 1e3
-        })
-        .collect();
-    let pass = median(pass_ms);
+    let pass = pass_ms(&mut host, &mut engine, CELLS, runs);
     let flops = 2.0 * (LAYERS * HEADS * QUERIES * CELLS * D) as f64;
 
     // FPS refresh of every (layer, head): 32 queries -> 16 beacons.
@@ -114,4 +127,19 @@ fn main() {
         "| fill of {CELLS} tokens incl. fake-host writes | {:.2} s |",
         fill_s
     );
+
+    // One pass per policy by cache size (a budget of `cells`: cells -> 7/8 of them).
+    println!();
+    println!("| cells | beacon pass (median of {runs}) | rkv pass (median of {runs}) |");
+    println!("|---|---|---|");
+    for cells in [512, 1024, 2048] {
+        let ms: Vec<f64> = ["beacon", "rkv"]
+            .iter()
+            .map(|policy| {
+                let (mut host, mut engine, _) = filled(policy, cells, &mut rng);
+                pass_ms(&mut host, &mut engine, cells, runs)
+            })
+            .collect();
+        println!("| {cells} | {:.1} ms | {:.1} ms |", ms[0], ms[1]);
+    }
 }

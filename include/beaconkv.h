@@ -59,7 +59,8 @@ typedef enum beaconkv_policy {
     BEACONKV_POLICY_BEACON    = 1, /* FPS beacons rotated to the scoring position + recent queries */
     BEACONKV_POLICY_RECENT    = 2, /* last n_recent queries only                                  */
     BEACONKV_POLICY_STREAMING = 3, /* sinks (prefix) + recent window, no scoring (StreamingLLM)   */
-    BEACONKV_POLICY_RANDOM    = 4  /* keep prefix + window, evict the middle uniformly (seeded)   */
+    BEACONKV_POLICY_RANDOM    = 4, /* keep prefix + window, evict the middle uniformly (seeded)   */
+    BEACONKV_POLICY_RKV       = 5  /* R-KV: recent queries' attention minus key redundancy        */
 } beaconkv_policy;
 
 /* How per-(layer, kv-head) scores become one score per cell (cells are shared by all layers). */
@@ -409,9 +410,10 @@ int32_t beaconkv_after_ubatch(beaconkv_context * ctx, int32_t n_tokens, const in
 int32_t beaconkv_after_decode(beaconkv_context * ctx);
 
 /* The host removed positions [p0, p1) of seq (p0 < 0: from 0; p1 < 0: to the end); seq < 0: all
- * sequences. Whole-sequence removal drops the plugin's state of that sequence; a range drops the
- * queries captured there, and a removed tail lowers the sequence's pos_max and prompt length (a tail
- * removed from a point beaconkv_seq_reuse_point returned gives the state a fresh sequence has there).
+ * sequences. Whole-sequence removal drops the plugin's state of that sequence (with the budget and
+ * policy beaconkv_seq_override set for it); a range drops the queries captured there, and a removed
+ * tail lowers the sequence's pos_max and prompt length (a tail removed from a point
+ * beaconkv_seq_reuse_point returned gives the state a fresh sequence has there).
  * Honoured in every mode, fallback included. */
 void beaconkv_seq_removed(beaconkv_context * ctx, int32_t seq, int32_t p0, int32_t p1);
 
@@ -433,6 +435,51 @@ void beaconkv_seq_copied(beaconkv_context * ctx, int32_t seq_src, int32_t seq_ds
  * part reaches past the prompt into generated text (a new turn keeps the compressed history).
  * Returns BEACONKV_ERR_NULL for a NULL ctx, BEACONKV_ERR_PANIC on a caught panic: keep n_past then. */
 int32_t beaconkv_seq_reuse_point(const beaconkv_context * ctx, int32_t seq, int32_t n_past);
+
+/* ---- a sequence's own budget and policy ---------------------------------------------------- */
+
+/* One sequence may run with a smaller budget or another policy than its context (e.g. one request
+ * of a server), within what the context's cache and query capture allow. budget 0 means the
+ * context's budget, policy -1 the context's policy; n_ctx_seq is the most positions the sequence
+ * may reach (the host's logical context per sequence; 0 = unknown). The rules:
+ *  - budget: at most the context's budget (the cache is sized for it) and at least the smallest
+ *    budget the context's other settings allow: min (budget*7/8 unless the context sets min) must
+ *    hold window + prefix + 1 cells. A min or prefix_max the context sets keeps its share of the
+ *    budget (min * budget / the context's budget).
+ *  - policy: the context's, or one that reads nothing the context's policy does not record:
+ *    streaming and random read positions only; beacon (FPS beacons) and recent (a ring of the
+ *    newest queries) record different queries, so each runs only on its own context. With an
+ *    archive, only the context's policy.
+ *  - none keeps every cell: allowed only when 0 < n_ctx_seq <= the context's budget (the sequence
+ *    cannot outgrow the cells sized for it), or when the context's policy is none.
+ * On error both functions return BEACONKV_ERR_INVALID with a message that starts with
+ * "beaconkv: budget: " or "beaconkv: policy: " and gives the allowed range or values, e.g.
+ * "beaconkv: budget: 50 is below the smallest budget these settings allow, 75 (min: 43 (budget*7/8
+ * when 0) must be >= window + prefix + 1 = 65); allowed range 75..=1024". */
+
+/* Check budget and policy for a sequence of a context made with params (borrowed; the context's
+ * effective params, e.g. from beaconkv_context_params or a parsed spec), without a context.
+ * Writes the message into err ("" on success). BEACONKV_ERR_NULL for NULL params;
+ * BEACONKV_ERR_INVALID also when params themselves are invalid (the message names their key). */
+int32_t beaconkv_seq_override_check(const beaconkv_params * params, int32_t budget, int32_t policy,
+                                    uint32_t n_ctx_seq, char * err, size_t err_len);
+
+/* Run sequence seq (>= 0) of ctx with budget and policy from the next hook on: its compression
+ * passes run when it passes that budget, down to its min, with that policy's scorer. budget 0 and
+ * policy -1 together return it to the context's settings. The setting is part of the sequence's
+ * state: it lasts until the host removes the whole sequence (beaconkv_seq_removed with p0 <= 0 and
+ * p1 < 0), or sets another; a copy (beaconkv_seq_copied) that gives the destination the source's
+ * state passes it on, and beaconkv_seq_state_set keeps it (it is not saved in the blob). Checks as
+ * beaconkv_seq_override_check; on error nothing changes and beaconkv_last_error says why
+ * ("beaconkv_seq_override: beaconkv: budget: ..."). Returns BEACONKV_OK, BEACONKV_ERR_INVALID,
+ * BEACONKV_ERR_NULL for a NULL ctx, BEACONKV_ERR_PANIC on a caught panic. */
+int32_t beaconkv_seq_override(beaconkv_context * ctx, int32_t seq, int32_t budget, int32_t policy,
+                              uint32_t n_ctx_seq);
+
+/* Copy the params sequence seq runs with into *out: the context's (as beaconkv_context_params),
+ * with the budget, min, prefix_max and policy beaconkv_seq_override set for it, if any. An unknown
+ * sequence reports the context's. BEACONKV_ERR_NULL for a NULL ctx or out. */
+int32_t beaconkv_seq_params(const beaconkv_context * ctx, int32_t seq, beaconkv_params * out);
 
 /* ---- sequence state (save / restore) ------------------------------------------------------ */
 

@@ -157,7 +157,7 @@ fn bad_flag_values_stop_startup_naming_the_flag() {
         (&["--kv-beacons", "-1"], "--kv-beacons"),
         (&["--kv-prefix", "first"], "--kv-prefix"),
         (&["--kv-archive", "-1"], "--kv-archive"),
-        // the archive needs a policy that scores with queries
+        // the archive needs policy beacon or recent
         (
             &["--kv-compress", "streaming", "--kv-archive", "64"],
             "--kv-archive",

@@ -245,6 +245,19 @@ fn every_context_function_survives_a_panic() {
             BEACONKV_ERR_PANIC as i64,
         ),
         (
+            "beaconkv_seq_override",
+            Box::new(|c| unsafe { beaconkv_seq_override(c, 0, 48, -1, 0) as i64 }),
+            BEACONKV_ERR_PANIC as i64,
+        ),
+        (
+            "beaconkv_seq_params",
+            Box::new(|c| {
+                let mut p = beaconkv_params_default();
+                unsafe { beaconkv_seq_params(c, 0, &mut p) as i64 }
+            }),
+            BEACONKV_ERR_PANIC as i64,
+        ),
+        (
             "beaconkv_is_enabled",
             Box::new(|c| unsafe { beaconkv_is_enabled(c) as i64 }),
             0,

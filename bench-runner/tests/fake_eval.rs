@@ -87,7 +87,7 @@ fn quick_run_with_fake_eval() {
         assert!(non_empty(&out.join(f)), "{f} missing or empty");
     }
 
-    // CSV: header + one row per result of every mode (5 policies x 2 budgets for agree/revisit,
+    // CSV: header + one row per result of every mode (6 policies x 2 budgets for agree/revisit,
     // +none for passkey at one depth, speed: none, beacon and beacon+archive with its three element
     // types at 2 lengths + the none:64 limit).
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
@@ -96,9 +96,9 @@ fn quick_run_with_fake_eval() {
             .filter(|l| l.starts_with(&format!("{m},")))
             .count()
     };
-    assert_eq!(count("agree"), 10);
-    assert_eq!(count("revisit"), 10);
-    assert_eq!(count("passkey"), 11);
+    assert_eq!(count("agree"), 12);
+    assert_eq!(count("revisit"), 12);
+    assert_eq!(count("passkey"), 13);
     assert_eq!(count("speed"), 11);
 
     // results.json: every mode, command line, model and machine.
@@ -155,7 +155,7 @@ fn failing_tool_is_reported_with_its_log() {
     assert!(stderr.contains("llama_decode returned -1"), "{stderr}");
     // What finished before the failure is still saved.
     let csv = std::fs::read_to_string(out.join("results.csv")).unwrap();
-    assert_eq!(csv.lines().filter(|l| l.starts_with("agree,")).count(), 10);
+    assert_eq!(csv.lines().filter(|l| l.starts_with("agree,")).count(), 12);
     assert!(out.join("quality_vs_budget.png").is_file());
     std::fs::remove_dir_all(&out).unwrap();
 }

@@ -94,13 +94,30 @@ named_enum! {
         Recent = 2 => "recent",
         Streaming = 3 => "streaming",
         Random = 4 => "random",
+        Rkv = 5 => "rkv",
     }
 }
 
 impl Policy {
     /// Policies that score cells with captured queries (and so need the query store and K).
     pub fn uses_queries(self) -> bool {
+        matches!(self, Policy::Beacon | Policy::Recent | Policy::Rkv)
+    }
+
+    /// Policies that keep the ring of recent queries (`recent`) rather than the FPS buffer.
+    pub fn uses_ring(self) -> bool {
+        matches!(self, Policy::Recent | Policy::Rkv)
+    }
+
+    /// Policies whose scores the archive can rank evicted cells and recall candidates by.
+    pub fn archives(self) -> bool {
         matches!(self, Policy::Beacon | Policy::Recent)
+    }
+
+    /// Policies whose score of one cell reads the other cells' keys (`rkv`'s redundancy), so
+    /// every cell is scored, prefix and window too.
+    pub fn scores_against_other_keys(self) -> bool {
+        matches!(self, Policy::Rkv)
     }
 }
 

@@ -8,13 +8,15 @@
 //! - `value.rs`: the value kinds (count, seed, two-valued flag, prefix, two-decimal number,
 //!   named enum) and their parse/format/check/C-conversion rules;
 //! - `enums.rs`: the named settings; `params.rs`: `Params` and the rules between keys;
-//! - `parse.rs`: the spec grammar; `error.rs`: `ConfigError`.
+//! - `parse.rs`: the spec grammar; `error.rs`: `ConfigError`;
+//! - `seq_override.rs`: the settings of a sequence with its own budget or policy.
 
 mod enums;
 mod error;
 mod keys;
 mod params;
 mod parse;
+mod seq_override;
 pub(crate) mod value;
 
 pub use enums::{ArchiveType, Policy, Prefix, Reduce};

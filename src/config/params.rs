@@ -70,19 +70,22 @@ impl Params {
                     "beacons + recent must be >= 1 for policy beacon",
                 ));
             }
-            Policy::Recent if self.n_recent == 0 => {
+            Policy::Recent | Policy::Rkv if self.n_recent == 0 => {
                 return Err(ConfigError::new(
                     "recent",
-                    "must be >= 1 for policy recent (it scores with the recent queries only)",
+                    format!(
+                        "must be >= 1 for policy {} (it scores with the recent queries only)",
+                        self.policy.name()
+                    ),
                 ));
             }
             _ => {}
         }
-        if self.archive > 0 && !self.policy.uses_queries() {
+        if self.archive > 0 && !self.policy.archives() {
             return Err(ConfigError::new(
                 "archive",
                 format!(
-                    "needs a policy that scores with queries (beacon, recent), not {}; 0 = off",
+                    "needs policy beacon or recent (their scores rank what it keeps), not {}; 0 = off",
                     self.policy.name()
                 ),
             ));

@@ -22,6 +22,10 @@ fn archive_needs_a_query_policy() {
     let e = Params::parse("streaming,archive=64").unwrap_err();
     assert_eq!(e.key, "archive");
     assert!(Params::parse("recent,archive=64").is_ok());
+    // rkv's scores are no logits the archive could rank its pages against
+    let e = Params::parse("rkv,archive=64").unwrap_err();
+    assert_eq!(e.key, "archive");
+    assert!(e.message.contains("rkv"), "{e}");
     let e = Params::parse("archive_type=q2").unwrap_err();
     assert_eq!(e.key, "archive_type");
     assert_eq!(Params::parse("page=0").unwrap_err().key, "page");
@@ -96,6 +100,7 @@ fn error_paths_name_the_key() {
     assert_names("budget=0", "budget");
     assert_names("beacons=0,recent=0", "beacons");
     assert_names("policy=recent,recent=0", "recent");
+    assert_names("policy=rkv,recent=0", "recent");
     assert_names("budget=100,window=100", "window");
     assert_names("budget=100,window=50,prefix=50", "prefix");
     assert_names("budget=100,min=101", "min");

@@ -21,7 +21,11 @@ pub(super) enum Scoring {
 
 /// The scorers of a context.
 pub(super) struct Scorers {
+    /// The configured policy (`policy` is its scorer).
+    own: Policy,
     pub(super) policy: PolicyScorer,
+    /// Scorers of other policies that sequences run (`limits.rs`), made on first use.
+    others: Vec<(Policy, PolicyScorer)>,
     /// Scores by position when the configured policy cannot.
     pub(super) positions: PositionScorer,
     /// Why the configured policy stopped for good (a panic or a failed read); `None` while it
@@ -32,10 +36,27 @@ pub(super) struct Scorers {
 impl Scorers {
     pub(super) fn new(policy: Policy) -> Self {
         Scorers {
+            own: policy,
             policy: scoring::for_policy(policy),
+            others: Vec::new(),
             positions: PositionScorer::streaming(),
             failure: None,
         }
+    }
+
+    /// The scorer of `policy`: the configured one, or another a sequence runs.
+    pub(super) fn of(&mut self, policy: Policy) -> &mut PolicyScorer {
+        if policy == self.own {
+            return &mut self.policy;
+        }
+        let i = match self.others.iter().position(|(p, _)| *p == policy) {
+            Some(i) => i,
+            None => {
+                self.others.push((policy, scoring::for_policy(policy)));
+                self.others.len() - 1
+            }
+        };
+        &mut self.others[i].1
     }
 }
 
@@ -76,7 +97,13 @@ impl Engine {
     }
 
     pub(super) fn scoring(&self) -> Scoring {
-        if self.params.policy == Policy::None {
+        self.scoring_for(self.params.policy)
+    }
+
+    /// How passes score the cells of a sequence that runs `policy` (see `limits.rs`): a policy a
+    /// sequence may run reads nothing the configured one does not, so it runs while that one does.
+    pub(super) fn scoring_for(&self, policy: Policy) -> Scoring {
+        if policy == Policy::None {
             Scoring::Off
         } else if self.is_enabled() {
             Scoring::Policy

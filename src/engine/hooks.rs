@@ -52,16 +52,14 @@ impl Engine {
             state.verifying = state.phase == Phase::Decode && several_logits;
             // a new user turn (several tokens, no drafts): check the archive once it is computed
             state.recall.after_batch = state.phase == Phase::Decode && n > 1 && !several_logits;
-            if self.scoring() != Scoring::Off {
+            let limits = self.limits(seq);
+            if self.scoring_for(limits.policy) != Scoring::Off {
                 let n = n.max(0) as usize;
                 let made_room = self.cell_count(host, seq).and_then(|count| {
-                    if count + n <= self.params.budget {
+                    if count + n <= limits.budget {
                         return Ok(());
                     }
-                    let target = self
-                        .params
-                        .effective_min()
-                        .min(self.params.budget.saturating_sub(n));
+                    let target = limits.min.min(limits.budget.saturating_sub(n));
                     self.compress(host, seq, target).map(|_| ())
                 });
                 if result.is_ok() {
@@ -126,7 +124,7 @@ impl Engine {
         captured
     }
 
-    /// Hook: end of a decode call. Sequences above budget are compressed to `budget_min`;
+    /// Hook: end of a decode call. Sequences above their budget are compressed to their `min`;
     /// with an archive, the others may run a swap pass (see `recall.rs`); every sequence's
     /// cell count is refreshed. The first error is returned.
     pub fn after_decode(&mut self, host: &mut dyn Host) -> Result<(), EngineError> {
@@ -136,9 +134,11 @@ impl Engine {
         let mut result = Ok(());
         for &seq in &ids {
             let verifying = self.seq_entry(seq).verifying;
+            let limits = self.limits(seq);
+            let evicting = self.scoring_for(limits.policy) != Scoring::Off;
             let counted = self.cell_count(host, seq).and_then(|count| {
-                if self.scoring() != Scoring::Off && count > self.params.budget && !verifying {
-                    self.compress(host, seq, self.params.effective_min())
+                if evicting && count > limits.budget && !verifying {
+                    self.compress(host, seq, limits.min)
                 } else if !verifying {
                     self.recall_step(host, seq, count)
                 } else {

@@ -122,7 +122,7 @@ impl Engine {
             n_beacons: self.params.n_beacons,
             n_recent: self.params.n_recent,
             fps: self.params.policy == Policy::Beacon,
-            ring: self.params.policy == Policy::Recent,
+            ring: self.params.policy.uses_ring(),
         }
     }
 

@@ -17,13 +17,14 @@
 //! Files: `hooks.rs` (the hooks) calls `capture.rs` (query capture), `pass.rs` (a compression
 //! pass), `quote.rs` and `recall.rs` (recall between passes); `pass.rs` and `recall.rs` use
 //! `archive_pass.rs` (candidates, archiving, placing back); `seq.rs` holds per-sequence state,
-//! `layers.rs` the layer descriptions, `reuse.rs` exact prompt reuse, `fallback.rs` who scores and the once-only warnings.
+//! `layers.rs` the layer descriptions, `limits.rs` a sequence's own budget and policy, `reuse.rs` exact prompt reuse, `fallback.rs` who scores and the once-only warnings.
 
 mod archive_pass;
 mod capture;
 mod fallback;
 mod hooks;
 mod layers;
+mod limits;
 mod pass;
 mod quote;
 mod recall;
@@ -121,10 +122,15 @@ impl Engine {
         Some(persist::save_seq(&state.parts()))
     }
 
-    /// Replace the plugin state of `seq` with a saved one; nothing changes on error.
+    /// Replace the plugin state of `seq` with a saved one (a budget and policy the host set for
+    /// it stay); nothing changes on error.
     pub fn load_seq(&mut self, seq: i32, data: &[u8]) -> Result<(), String> {
         let saved = persist::load_seq(data, self.new_queries(), self.archive.as_ref())?;
-        self.seqs.insert(seq, SeqState::restored(saved));
+        // the host's budget and policy for the sequence are no part of its history
+        let own = self.seqs.get(&seq).and_then(|s| s.own.clone());
+        let mut state = SeqState::restored(saved);
+        state.own = own;
+        self.seqs.insert(seq, state);
         Ok(())
     }
 }

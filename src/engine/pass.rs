@@ -86,7 +86,9 @@ impl Engine {
             sc.pos.resize(total + total / 4 + 16, 0);
             sc.cells.resize(total + total / 4 + 16, 0);
         };
-        let archiving = self.archive.is_some() && self.scoring() == Scoring::Policy;
+        // the sequence's own policy when the host set one (`limits.rs`)
+        let policy = self.limits(seq).policy;
+        let archiving = self.archive.is_some() && self.scoring_for(policy) == Scoring::Policy;
         let has_archived = archiving && !self.seqs[&seq].archive.is_empty();
         if n == 0 || (n <= target && !(swap && has_archived)) {
             return Ok(n);
@@ -94,8 +96,8 @@ impl Engine {
         let prefix = self.effective_prefix(seq, host);
         let mut result = Ok(());
         let mut m = 0;
-        if self.scoring() == Scoring::Policy {
-            if self.params.policy.uses_queries() {
+        if self.scoring_for(policy) == Scoring::Policy {
+            if policy.uses_queries() {
                 // K of the last decode call may still be in flight on an asynchronous backend.
                 host.synchronize();
             }
@@ -103,10 +105,12 @@ impl Engine {
                 m = self.pick_candidates(seq, stream, n);
             }
             // Cells selection always keeps need no score when nothing else reads one: the
-            // largest scores, unpooled, and no archive (it ranks every row it keeps).
+            // largest scores, unpooled, no archive (it ranks every row it keeps), and no other
+            // cell's score reading their keys.
             // The same conditions let the scorer stop scoring a cell once it cannot be among
             // the `n - target` lowest (only which cells are lowest is read).
             let only_order = m == 0
+                && !self.params.policy.scores_against_other_keys()
                 && self.archive.is_none()
                 && self.params.reduce == Reduce::Max
                 && self.params.span <= 1
@@ -131,11 +135,11 @@ impl Engine {
                 m = 0;
             }
         }
-        if self.scoring() == Scoring::Positions {
+        if self.scoring_for(policy) == Scoring::Positions {
             self.score_cells(host, seq, stream, n, 0, None)
                 .expect("position scoring reads nothing from the host");
         }
-        let archiving = archiving && self.scoring() == Scoring::Policy;
+        let archiving = archiving && self.scoring_for(policy) == Scoring::Policy;
         self.select(seq, n, m, prefix, target, archiving);
         let t1 = Instant::now();
         if archiving && !self.scratch.evict_cells.is_empty() {
@@ -183,7 +187,7 @@ impl Engine {
 
     /// One score per listed cell (`scratch.pos/cells[..n]`), then per recall candidate
     /// (`m` of them, see `archive_pass.rs`), into `scratch.scores[..n + m]`, by the policy's scorer
-    /// for the cells of `policy` (see [`PolicyScope`]) or, with `None` (and `m == 0`), by the
+    /// (the sequence's own, see `limits.rs`) for the cells of `policy` (see [`PolicyScope`]) or, with `None` (and `m == 0`), by the
     /// position-only fallback for all of them.
     fn score_cells(
         &mut self,
@@ -194,6 +198,7 @@ impl Engine {
         m: usize,
         policy: Option<PolicyScope>,
     ) -> Result<(), scoring::ScoreError> {
+        let own_policy = self.limits(seq).policy;
         let sc = &mut self.scratch;
         let params = &self.params;
         let state = self
@@ -221,7 +226,9 @@ impl Engine {
             sc.scores[..n].copy_from_slice(sc.rows.row(0));
             return Ok(());
         }
-        self.scorers.policy.score(&ctx, host, &mut sc.rows)?;
+        self.scorers
+            .of(own_policy)
+            .score(&ctx, host, &mut sc.rows)?;
         reduce(
             &sc.rows,
             params.reduce,
@@ -243,8 +250,10 @@ impl Engine {
     /// Either way it is capped so that everything selection protects (prefix, window, and the
     /// newest cell even when `window` is 0) fits in `budget_min`.
     pub(super) fn effective_prefix(&mut self, seq: i32, host: &mut dyn Host) -> usize {
-        // validate() guarantees min >= window + 1, so this does not underflow.
-        let cap = self.params.effective_min() - self.params.window.max(1);
+        // validate() guarantees min >= window + 1 (for a sequence's own settings too), so this
+        // does not underflow.
+        let limits = self.limits(seq);
+        let cap = limits.min - self.params.window.max(1);
         let Some(state) = self.seqs.get(&seq) else {
             return 0;
         };
@@ -255,7 +264,7 @@ impl Engine {
                     Phase::Decode => state.prompt_len,
                     Phase::Prompt => (state.stats.pos_max + 1).max(0) as usize,
                 };
-                prompt.min(self.params.effective_prefix_max())
+                prompt.min(limits.prefix_max)
             }
         };
         if wanted > cap && first(&mut self.warned.prefix_cap) {

@@ -5,6 +5,7 @@ use super::reuse::PromptMarks;
 use super::Engine;
 use crate::archive::tokens::TokenTrail;
 use crate::archive::{Layout, SeqArchive, SeqRecall};
+use crate::config::Params;
 use crate::host::LayerDesc;
 use crate::persist::{SavedSeq, SeqParts};
 use crate::queries::SeqQueries;
@@ -37,6 +38,8 @@ pub(super) struct SeqState {
     pub(super) trail: TokenTrail,
     /// Query stores at grid positions of the prompt, for exact prompt reuse (`reuse.rs`).
     pub(super) marks: PromptMarks,
+    /// The sequence's own budget and policy when the host set them (`limits.rs`).
+    pub(super) own: Option<Box<Params>>,
 }
 
 impl SeqState {
@@ -52,6 +55,7 @@ impl SeqState {
             recall: SeqRecall::default(),
             trail: TokenTrail::default(),
             marks: PromptMarks::default(),
+            own: None,
         }
     }
 

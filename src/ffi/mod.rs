@@ -22,7 +22,8 @@ pub use context::beaconkv_context;
 #[cfg(any(test, feature = "testing"))]
 pub use context::debug_panic_next_call;
 pub use exports::{
-    config::*, context::*, hooks::*, observation::*, plugin::*, sizing::*, state::*,
+    config::*, context::*, hooks::*, observation::*, plugin::*, seq_override::*, sizing::*,
+    state::*,
 };
 pub use last_error::LAST_ERROR_CAP;
 pub use params::C_DEFAULTS;

@@ -89,7 +89,7 @@ mod tests {
         let mut c = C_DEFAULTS;
         c.policy = 9;
         let e = c.to_params().unwrap_err();
-        assert_eq!(e.message, "9 is not a policy id; allowed 0..=4");
+        assert_eq!(e.message, "9 is not a policy id; allowed 0..=5");
         let mut c = C_DEFAULTS;
         c.archive_type = 3;
         let e = c.to_params().unwrap_err();

@@ -1,4 +1,5 @@
-//! Exponential sums for probability scoring.
+//! Exponentials for probability scoring: the sum inside a log-sum-exp, and probabilities added
+//! into a row.
 
 #[cfg(target_arch = "x86_64")]
 use super::has_avx2_fma;
@@ -33,6 +34,40 @@ unsafe fn sum_exp_minus_avx2(row: &[f32], max: f32) -> f32 {
     _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
     let tail: f32 = row[i..].iter().map(|&v| (v - max).exp()).sum();
     lanes.iter().sum::<f32>() + tail
+}
+
+/// `acc[i] += scale * exp(row[i] - shift)` (`row.len() == acc.len()`): with `shift` a row's
+/// log-sum-exp, `scale` times its softmax added in, eight lanes at a time where the CPU has AVX2
+/// (the polynomial of [`sum_exp_minus`]).
+pub fn add_exp_minus(row: &[f32], shift: f32, scale: f32, acc: &mut [f32]) {
+    assert_eq!(row.len(), acc.len(), "add_exp_minus: lengths disagree");
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2_fma() {
+            // SAFETY: the CPU supports AVX2 and FMA (checked above); lengths are equal.
+            return unsafe { add_exp_minus_avx2(row, shift, scale, acc) };
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(row) {
+        *a += scale * (v - shift).exp();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn add_exp_minus_avx2(row: &[f32], shift: f32, scale: f32, acc: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let (n, r, a) = (row.len(), row.as_ptr(), acc.as_mut_ptr());
+    let (m, k) = (_mm256_set1_ps(shift), _mm256_set1_ps(scale));
+    let mut i = 0;
+    while i + 8 <= n {
+        let e = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(r.add(i)), m));
+        _mm256_storeu_ps(a.add(i), _mm256_fmadd_ps(e, k, _mm256_loadu_ps(a.add(i))));
+        i += 8;
+    }
+    for (a, &v) in acc[i..].iter_mut().zip(&row[i..]) {
+        *a += scale * (v - shift).exp();
+    }
 }
 
 /// `e^x` per lane: x = n ln2 + r with |r| <= ln2/2 (ln2 split in two for precision), a degree-6

@@ -10,7 +10,8 @@
 //! - [`max_dot_tile`], [`dot_tile_all`], [`transpose_tile`], [`transpose_rows`]: the scoring
 //!   pass, [`TILE`] keys stored transposed against many queries.
 //! - [`max_dot_lanes`]: the recall bounds, queries stored transposed against keys read in place.
-//! - [`sum_exp_minus`]: the sum inside a log-sum-exp (probability scoring).
+//! - [`sum_exp_minus`]: the sum inside a log-sum-exp (probability scoring); [`add_exp_minus`]:
+//!   probabilities added into a row (`rkv`'s importance).
 //!
 //! This module depends on nothing else in the crate; `ggml` uses its CPU feature checks.
 
@@ -24,7 +25,7 @@ mod tile;
 #[cfg(test)]
 pub(crate) use dot::dot;
 pub use dot::{dot_fast, dots, max_dot};
-pub use exp::sum_exp_minus;
+pub use exp::{add_exp_minus, sum_exp_minus};
 pub use lanes::{max_dot_lanes, LANE_KEYS, QUERY_LANES};
 pub use tile::{dot_tile_all, max_dot_tile, transpose_rows, transpose_tile, TILE};
 

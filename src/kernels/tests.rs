@@ -64,6 +64,24 @@ fn sum_exp_minus_matches_f32_exp() {
 }
 
 #[test]
+fn add_exp_minus_adds_scaled_exponentials() {
+    for n in [0, 1, 7, 8, 9, 1003] {
+        let row: Vec<f32> = (0..n).map(|i| -((i * 37 % 101) as f32) * 0.4).collect();
+        let init = data(n, 5);
+        let mut acc = init.clone();
+        add_exp_minus(&row, -1.5, 0.25, &mut acc);
+        for i in 0..n {
+            let want = init[i] as f64 + 0.25 * ((row[i] + 1.5) as f64).exp();
+            assert!(
+                (acc[i] as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "n={n} i={i}: {} vs {want}",
+                acc[i]
+            );
+        }
+    }
+}
+
+#[test]
 fn dot_tile_all_gives_every_logit() {
     for (d, nq) in [(64, 0), (64, 1), (64, 7), (64, 13), (8, 6), (12, 5)] {
         let q = data(nq * d, 3 + nq as u32);

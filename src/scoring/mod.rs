@@ -2,12 +2,14 @@
 //!
 //! Every policy is a scorer; `reduce` folds the rows into one score per cell and `select` decides
 //! what to evict, so policies differ only here. `attention/` serves the query-driven policies
-//! (`beacon`, `recent`), `position.rs` those that read positions only (`streaming`, `random`,
-//! `none`). `rows.rs`, `reduce.rs` and `select.rs` know nothing of scorers.
+//! (`beacon`, `recent`, and `rkv` with its key-similarity term from `redundancy.rs`),
+//! `position.rs` those that read positions only (`streaming`, `random`, `none`). `rows.rs`,
+//! `reduce.rs`, `redundancy.rs` and `select.rs` know nothing of scorers.
 
 mod attention;
 pub mod position;
 pub mod reduce;
+mod redundancy;
 mod rows;
 pub mod select;
 
@@ -15,7 +17,7 @@ use crate::config::Policy;
 use crate::host::{Host, LayerDesc};
 use crate::queries::SeqQueries;
 
-pub use attention::{PageSummary, QueryScorer};
+pub use attention::{PageSummary, QueryScorer, RkvScorer};
 pub use position::PositionScorer;
 pub use rows::{fold_column_max, ScoreRows};
 
@@ -115,19 +117,20 @@ pub trait Scorer: Send {
     ) -> Result<(), ScoreError>;
 }
 
-/// The scorer of a configured policy. The query-driven one stays reachable as a
-/// [`QueryScorer`], which the archive also asks where the sequence reads from.
+/// The scorer of a configured policy. The query-driven one of `beacon` and `recent` stays
+/// reachable as a [`QueryScorer`], which the archive also asks where the sequence reads from.
 pub enum PolicyScorer {
     Queries(Box<QueryScorer>),
+    Rkv(Box<RkvScorer>),
     Positions(PositionScorer),
 }
 
 impl PolicyScorer {
-    /// The query-driven scorer, `None` for a policy that reads positions only.
+    /// The query-driven scorer of `beacon` and `recent`, `None` for the other policies.
     pub fn query_scorer(&mut self) -> Option<&mut QueryScorer> {
         match self {
             PolicyScorer::Queries(q) => Some(q.as_mut()),
-            PolicyScorer::Positions(_) => None,
+            PolicyScorer::Rkv(_) | PolicyScorer::Positions(_) => None,
         }
     }
 }
@@ -141,6 +144,7 @@ impl Scorer for PolicyScorer {
     ) -> Result<(), ScoreError> {
         match self {
             PolicyScorer::Queries(q) => q.score(ctx, host, rows),
+            PolicyScorer::Rkv(r) => r.score(ctx, host, rows),
             PolicyScorer::Positions(p) => p.score(ctx, host, rows),
         }
     }
@@ -154,5 +158,6 @@ pub fn for_policy(policy: Policy) -> PolicyScorer {
         Policy::Recent => PolicyScorer::Queries(Box::new(QueryScorer::recent())),
         Policy::Streaming => PolicyScorer::Positions(PositionScorer::streaming()),
         Policy::Random => PolicyScorer::Positions(PositionScorer::random()),
+        Policy::Rkv => PolicyScorer::Rkv(Box::default()),
     }
 }

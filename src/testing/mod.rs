@@ -30,7 +30,7 @@ pub mod queries {
 pub mod scoring {
     pub use crate::archive::RecallProbe;
     pub use crate::scoring::select::{protected_count, select_evictions, SelectScratch};
-    pub use crate::scoring::{ExtraKeys, QueryScorer, ScoreCtx, ScoreRows};
+    pub use crate::scoring::{ExtraKeys, QueryScorer, RkvScorer, ScoreCtx, ScoreRows, Scorer};
 }
 
 /// ggml formats re-implemented in Rust.

@@ -338,7 +338,8 @@ static void run_policy(const char * spec) {
         CHECK(st.cells_peak <= BUDGET, "peak %d", st.cells_peak);
     }
     CHECK(h.bad_evictions == 0, "%s: %d evictions of cells the sequence did not hold", spec, h.bad_evictions);
-    if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT)
+    if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT ||
+        params.policy == BEACONKV_POLICY_RKV)
         CHECK(h.syncs > 0, "synchronize never called");
     printf("%-60s cells=%d peak=%d evicted=%llu events=%llu ms_capture=%.2f ms_score=%.2f\n", spec,
            st.cells_in_use, st.cells_peak, (unsigned long long)st.evicted,
@@ -493,6 +494,10 @@ static void test_nulls(void) {
     CHECK(beaconkv_spec_check(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "spec check");
     CHECK(beaconkv_max_ubatch(NULL) == BEACONKV_ERR_NULL, "max ubatch");
     CHECK(beaconkv_physical_cells(NULL, 1, 32, false, 8192, 0) == 0, "physical cells");
+    CHECK(beaconkv_seq_override_check(NULL, 0, -1, 0, err, sizeof(err)) == BEACONKV_ERR_NULL, "override check");
+    CHECK(beaconkv_seq_override(NULL, 0, 0, -1, 0) == BEACONKV_ERR_NULL, "override ctx");
+    CHECK(beaconkv_seq_params(NULL, 0, &p) == BEACONKV_ERR_NULL, "seq params ctx");
+    CHECK(beaconkv_seq_params(ctx, 0, NULL) == BEACONKV_ERR_NULL, "seq params out");
     uint8_t blob[16] = {0};
     CHECK(beaconkv_seq_state_get(ctx, 5, blob, sizeof(blob)) == BEACONKV_ERR_INVALID, "unknown sequence");
     const char * e1 = beaconkv_last_error(ctx);
@@ -520,6 +525,7 @@ int main(int argc, char ** argv) {
         "streaming,budget=256",
         "recent,budget=256",
         "random,budget=256,seed=7",
+        "rkv,budget=256",
         "none,budget=256",
     };
     for (size_t i = 0; i < sizeof(specs) / sizeof(specs[0]); i++) run_policy(specs[i]);

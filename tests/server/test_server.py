@@ -422,3 +422,61 @@ def test_archive_with_a_streaming_policy_stops_startup(tiny):
     )
     assert out.returncode != 0
     assert "--kv-archive" in out.stderr, out.stderr[-2000:]
+
+
+# ---- a request's own budget and policy -------------------------------------------------------------
+
+
+def test_request_budget_holds_for_that_request_only(server, tiny):
+    s = server(tiny, "-c", "4096", *KV)
+    own = BUDGET // 2
+    t = kv_of(s.complete(words(60, 21), 6 * BUDGET, kv_budget=own))
+    assert 0 < t["kv_cells"] <= own and t["kv_evicted"] > 0
+    kv = s.slot(0)["kv_compress"]
+    assert (kv["budget"], kv["policy"]) == (own, "beacon")
+    assert 0 < kv["cells_peak"] <= own
+    # the next request on the slot, without kv_budget: the server's budget again
+    t = kv_of(s.complete(words(60, 22), 6 * BUDGET))
+    assert own < t["kv_cells"] <= BUDGET
+    kv = s.slot(0)["kv_compress"]
+    assert kv["budget"] == BUDGET and own < kv["cells_peak"] <= BUDGET
+
+
+def test_request_policy_gives_what_a_server_on_that_policy_gives(server, tiny):
+    prompt = words(60, 23)
+    streaming = server(tiny, "-c", "4096", *[v if v != "beacon" else "streaming" for v in KV])
+    want = streaming.complete(prompt, 4 * BUDGET)["content"]
+    streaming.stop()
+    s = server(tiny, "-c", "4096", *KV)
+    got = s.complete(prompt, 4 * BUDGET, kv_compress="streaming")
+    assert got["content"] == want
+    assert kv_of(got)["kv_cells"] <= BUDGET
+    assert s.slot(0)["kv_compress"]["policy"] == "streaming"
+    assert s.complete(prompt, 4 * BUDGET)["content"] != want, "beacon evicts other cells than streaming"
+    assert s.slot(0)["kv_compress"]["policy"] == "beacon"
+
+
+def test_bad_request_values_get_400_naming_the_field(server, tiny):
+    # budget 96, window 16: min = budget*7/8 must hold window + 1 = 17 cells, so 20..=96
+    s = server(tiny, "-c", "4096", *KV)
+    allowed = "allowed here: beacon, streaming, random"
+    cases = [
+        ({"kv_budget": 19}, "kv_budget", "allowed range 20..=96"),
+        ({"kv_budget": BUDGET + 1}, "kv_budget", "allowed range 20..=96"),
+        ({"kv_budget": -1}, "kv_budget", "allowed range 20..=96"),
+        ({"kv_budget": "64"}, "kv_budget", "integer"),
+        ({"kv_compress": "lru"}, "kv_compress", allowed),
+        ({"kv_compress": "recent"}, "kv_compress", allowed),
+        ({"kv_compress": "none"}, "kv_compress", allowed),
+        ({"kv_compress": 3}, "kv_compress", "policy name"),
+    ]
+    for extra, field, says in cases:
+        for path in ["/completion", "/v1/completions"]:
+            status, res = s.post(path, {"prompt": "hello", "n_predict": 4, **extra})
+            msg = res["error"]["message"] if isinstance(res, dict) else res
+            assert status == 400 and msg.startswith(field + ":") and says in msg, (path, extra, status, msg)
+    assert s.slot(0)["kv_compress"]["budget"] == BUDGET
+    plain = server(tiny, "-c", "4096")
+    status, res = plain.post("/completion", {"prompt": "hello", "n_predict": 4, "kv_budget": 64})
+    assert status == 400 and "KV compression is off" in res["error"]["message"], res
+    assert plain.complete("hello", 4, kv_budget=None)["tokens_predicted"] == 4

@@ -27,16 +27,16 @@ use problems::Shape;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
-/// The policies measured besides the full cache. A plain list: any policy the library knows
-/// (e.g. `rkv`) is added by name; `/key=value` adds spec keys, `+archive` the archive.
+/// The policies measured besides the full cache. A plain list: any policy the library knows is
+/// added by name; `/key=value` adds spec keys, `+archive` the archive.
 pub const DEFAULT_POLICIES: [&str; 7] = [
     "beacon",
     "beacon/score=prob",
     "recent",
     "streaming",
     "random",
-    "beacon+archive",
     "rkv",
+    "beacon+archive",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -55,7 +55,7 @@ pub struct ReasonCli {
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
     /// ("none" alone: only the full cache, to calibrate the sessions)
-    /// [default: beacon,beacon/score=prob,recent,streaming,random,beacon+archive,rkv]
+    /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Sessions per cell [default: 40; --quick: 2]

@@ -153,7 +153,11 @@ bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_k
     beaconkv_stats st = {};
     beaconkv_get_stats(bkv, seq, &st);
     beaconkv_params bp = {};
-    beaconkv_context_params(bkv, &bp);
+    if (seq >= 0) {
+        beaconkv_seq_params(bkv, seq, &bp); // the sequence's own budget and policy, if set
+    } else {
+        beaconkv_context_params(bkv, &bp);
+    }
 
     out = {};
     out.policy          = beaconkv_policy_name(bp.policy);
@@ -168,6 +172,54 @@ bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_k
     out.archive_bytes   = st.archive_bytes;
     out.plugin_ms       = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
     out.active          = beaconkv_is_enabled(bkv);
+    return true;
+}
+
+// beaconkv_seq_override_check's message without the library's "beaconkv: " ("" when allowed)
+static std::string kvc_seq_check(const beaconkv_params & bp, uint32_t n_ctx_seq, int32_t budget, int32_t policy) {
+    char err[512] = { 0 };
+    if (beaconkv_seq_override_check(&bp, budget, policy, n_ctx_seq, err, sizeof(err)) == BEACONKV_OK) {
+        return "";
+    }
+    static const char lib[] = "beaconkv: ";
+    return std::strncmp(err, lib, sizeof(lib) - 1) == 0 ? err + sizeof(lib) - 1 : err;
+}
+
+std::string common_kv_compress_seq_check(const std::string & spec, uint32_t n_ctx_seq, int32_t budget,
+                                         const std::string & policy, int32_t & policy_id) {
+    beaconkv_params bp = beaconkv_params_default();
+    char err[512] = { 0 };
+    if (beaconkv_params_parse(spec.c_str(), &bp, err, sizeof(err)) != BEACONKV_OK) {
+        return err;
+    }
+    policy_id = -1;
+    std::string names;
+    std::string allowed;
+    for (int32_t id = 0; std::strcmp(beaconkv_policy_name(id), "unknown") != 0; ++id) {
+        const std::string name = beaconkv_policy_name(id);
+        policy_id = name == policy ? id : policy_id;
+        names += (names.empty() ? "" : ", ") + name;
+        if (kvc_seq_check(bp, n_ctx_seq, 0, id).empty()) {
+            allowed += (allowed.empty() ? "" : ", ") + name;
+        }
+    }
+    if (!policy.empty() && policy_id < 0) {
+        return "policy: '" + policy + "' is not a policy (" + names + "); allowed here: " + allowed;
+    }
+    return kvc_seq_check(bp, n_ctx_seq, budget, policy_id);
+}
+
+bool common_kv_compress_seq_override(llama_context * ctx, llama_seq_id seq, int32_t budget, int32_t policy_id) {
+    beaconkv_context * bkv = common_kv_compress_get(ctx);
+    if (!bkv) {
+        return false;
+    }
+    if (beaconkv_seq_override(bkv, seq, budget, policy_id, llama_n_ctx_seq(ctx)) != BEACONKV_OK) {
+        char err[512] = { 0 };
+        beaconkv_last_error_copy(bkv, err, sizeof(err));
+        LOG_WRN("%s: %s\n", __func__, err);
+        return false;
+    }
     return true;
 }
 
@@ -186,7 +238,7 @@ void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt
     // every flag appends key=value to params.kv_compress_spec and validates it
     add_opt(common_arg(
         {"--kv-compress"}, "POLICY",
-        "KV-cache compression policy: none|beacon|recent|streaming|random (default: off; any other --kv-* flag but --kv-cells turns it on with policy beacon)",
+        "KV-cache compression policy: none|beacon|recent|streaming|random|rkv (default: off; any other --kv-* flag but --kv-cells turns it on with policy beacon)",
         [](common_params & params, const std::string & value) {
             common_kv_compress_append(params, "--kv-compress", "policy=" + value);
         }

@@ -57,8 +57,8 @@ beaconkv_context * common_kv_compress_get(const llama_context * ctx);
 
 // what compression did for one sequence (seq >= 0) or all sequences (seq = -1), for tools that report it
 struct common_kv_compress_info {
-    std::string policy;
-    int32_t  budget          = 0;
+    std::string policy;                // seq >= 0: the sequence's own (common_kv_compress_seq_override), if set
+    int32_t  budget          = 0;     // likewise
     int32_t  cells_in_use    = 0; // seq >= 0: counted in the cache now
     int32_t  cells_peak      = 0;
     uint32_t cells_physical  = 0; // physical cells per stream
@@ -77,6 +77,18 @@ bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_k
 // prompt reuse: how many of the first n_past positions of seq to keep before computing the rest of a new prompt,
 // so that seq continues as a fresh sequence would (beaconkv_seq_reuse_point); n_past without compression
 int32_t common_kv_compress_reuse_point(const llama_context * ctx, llama_seq_id seq, int32_t n_past);
+
+// a sequence's own budget and policy (beaconkv_seq_override), e.g. for one llama-server request. The rules
+// (beaconkv.h): budget within what the context's settings allow and at most its budget; policy the context's, or one
+// reading nothing it does not record; none only when a sequence's n_ctx_seq positions fit in the budget.
+// common_kv_compress_seq_check: for a context made with spec (canonical) whose sequences reach n_ctx_seq positions,
+// budget (0 = the context's) and the policy named `policy` ("" = the context's); "" when allowed, with policy_id set
+// (-1 = the context's), else why, starting with "budget: " or "policy: " and giving the allowed range or values
+std::string common_kv_compress_seq_check(const std::string & spec, uint32_t n_ctx_seq, int32_t budget,
+                                         const std::string & policy, int32_t & policy_id);
+// set them on seq of ctx (policy -1 = the context's; n_ctx_seq from ctx); false (the library's message logged) when
+// refused or nothing is attached
+bool common_kv_compress_seq_override(llama_context * ctx, llama_seq_id seq, int32_t budget, int32_t policy_id);
 
 // canonical spec of the plugin attached to ctx ("" if none)
 std::string common_kv_compress_spec(llama_context * ctx);

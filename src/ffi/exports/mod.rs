@@ -5,5 +5,6 @@ pub mod context;
 pub mod hooks;
 pub mod observation;
 pub mod plugin;
+pub mod seq_override;
 pub mod sizing;
 pub mod state;

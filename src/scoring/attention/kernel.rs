@@ -39,7 +39,7 @@ fn read_direct(ctx: &ScoreCtx, layer: &LayerDesc, cell: u32, g: usize, dst: &mut
 #[derive(Default)]
 pub struct AttentionKernel {
     /// `[kv head][query of the group][dim]`.
-    queries: Vec<f32>,
+    pub(super) queries: Vec<f32>,
     /// `[kv head][dim][TILE]`: the keys of one tile of cells, transposed for `max_dot_tile`.
     k_tile: Vec<f32>,
     /// `[cell of the tile][kv head][dim]`: K rows of one tile before the transposition.
@@ -56,7 +56,7 @@ pub struct AttentionKernel {
     /// empty after a pass that scored logits.
     raw_max: Vec<f32>,
     /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
-    rotations: RotationMemo,
+    pub(super) rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
     pruning: Pruning,
     /// Page bounds: per kv head, `[q; |q|]` of the group's queries transposed for
@@ -94,7 +94,7 @@ impl AttentionKernel {
     }
 
     /// Fill `queries` for one layer; returns the number of queries per kv-head group.
-    fn prepare_queries(
+    pub(super) fn prepare_queries(
         &mut self,
         layer: &LayerDesc,
         lq: &LayerQueries,

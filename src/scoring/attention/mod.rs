@@ -1,4 +1,5 @@
-//! The query-driven scorers, `beacon` and `recent`, over one shared attention kernel.
+//! The query-driven scorers, `beacon` and `recent`, over one shared attention kernel, and
+//! `rkv` (`rkv.rs`), which scores with the same kernel's queries and K reads.
 //!
 //! Per layer and kv head, a cell's score is the largest scaled attention logit any of the
 //! group's queries gives it.
@@ -16,6 +17,7 @@
 //! no longer be among them.
 
 mod kernel;
+mod rkv;
 mod sources;
 
 use crate::host::Host;
@@ -23,6 +25,7 @@ use crate::scoring::{ScoreCtx, ScoreError, ScoreRows, Scorer};
 use sources::{beacon_queries, positioned_queries, recent_queries, QuerySource};
 
 pub use kernel::{AttentionKernel, PageSummary};
+pub use rkv::RkvScorer;
 
 /// A policy scoring with captured queries: the kernel plus which queries it reads.
 pub struct QueryScorer {

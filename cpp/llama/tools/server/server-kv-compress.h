@@ -8,6 +8,9 @@
 
 #include "kv-compress.h"
 
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -44,6 +47,58 @@ inline int32_t server_kv_compress_reuse_point(llama_context * ctx, llama_seq_id 
     const int32_t evaluated_from = (n_tokens > 0 && n_past >= n_tokens) ? n_tokens - 1 : n_past;
     const int32_t keep = common_kv_compress_reuse_point(ctx, seq, evaluated_from);
     return keep < evaluated_from ? keep : n_past;
+}
+
+// a request's own KV compression: `kv_budget` (cells) and `kv_compress` (a policy name) of a completion request,
+// checked against the server's settings (props: server_kv_compress_props, null when compression is off). Throws
+// std::invalid_argument (HTTP 400) naming the field and the allowed range or values. budget 0 / policy -1 when the
+// request leaves them to the server (absent or null; kv_budget 0 too)
+inline void server_kv_compress_request(const json & data, const json & props, int32_t & budget, int32_t & policy) {
+    budget = 0;
+    policy = -1;
+    const bool has_budget = data.contains("kv_budget") && !data.at("kv_budget").is_null();
+    const bool has_policy = data.contains("kv_compress") && !data.at("kv_compress").is_null();
+    if (!has_budget && !has_policy) {
+        return;
+    }
+    if (!props.is_object()) {
+        throw std::invalid_argument(std::string(has_budget ? "kv_budget" : "kv_compress") +
+                                    ": KV compression is off on this server (start it with --kv-budget N or "
+                                    "--kv-compress POLICY to set a budget or policy per request)");
+    }
+    if (has_budget) {
+        const json & b = data.at("kv_budget");
+        if (!b.is_number_integer() || b.get<int64_t>() < INT32_MIN || b.get<int64_t>() > INT32_MAX) {
+            throw std::invalid_argument("kv_budget: must be an integer number of cells (0 = the server's budget), got " +
+                                        b.dump());
+        }
+        budget = b.get<int32_t>();
+    }
+    std::string name;
+    if (has_policy) {
+        const json & p = data.at("kv_compress");
+        if (!p.is_string() || p.get<std::string>().empty()) {
+            throw std::invalid_argument("kv_compress: must be a policy name, got " + p.dump());
+        }
+        name = p.get<std::string>();
+    }
+    const std::string why = common_kv_compress_seq_check(props.at("spec").get<std::string>(),
+                                                         props.at("n_ctx_slot").get<uint32_t>(), budget, name, policy);
+    if (!why.empty()) {
+        const bool on_budget = why.rfind("budget: ", 0) == 0;
+        const bool on_policy = why.rfind("policy: ", 0) == 0;
+        throw std::invalid_argument(on_budget ? "kv_budget: "   + why.substr(8) :
+                                    on_policy ? "kv_compress: " + why.substr(8) :
+                                    std::string(has_budget ? "kv_budget: " : "kv_compress: ") + why);
+    }
+}
+
+// the slot's sequence runs with the request's kv_budget / kv_compress (0 / -1: the server's), from its prompt on;
+// called after the slot's cache was trimmed for the new prompt (a removed sequence forgets its own values)
+inline void server_kv_compress_seq_apply(llama_context * ctx, llama_seq_id seq, int32_t budget, int32_t policy) {
+    if (common_kv_compress_get(ctx) != nullptr) {
+        common_kv_compress_seq_override(ctx, seq, budget, policy);
+    }
 }
 
 // cells the sequence holds now (0 when compression is off)
