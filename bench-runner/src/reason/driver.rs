@@ -48,6 +48,8 @@ pub struct Row {
     pub settings: String,
     pub session: String,
     pub index: u32,
+    /// [`Session::digest`] of the session answered.
+    pub digest: String,
     /// The policy entry as given ("none" for the full cache).
     pub policy: String,
     /// 0 for the full cache.
@@ -157,10 +159,10 @@ pub struct Job {
 
 /// The jobs still to run. Sessions go in rounds of `round`: every cell gets a round's missing
 /// sessions before the next round starts, so that a run cut short leaves every cell with about
-/// the same count. Rows of other settings are an error.
+/// the same count. Rows of other settings, or of a session now generated differently, are an
+/// error.
 pub fn plan(
-    n_sessions: usize,
-    ids: &dyn Fn(usize) -> String,
+    sessions: &[Session],
     cells: &[(String, u32)],
     rows: &[Row],
     settings: &str,
@@ -172,16 +174,28 @@ pub fn plan(
             r.settings
         ));
     }
+    if let Some(r) = rows.iter().find(|r| {
+        sessions
+            .get(r.index as usize)
+            .is_some_and(|p| p.id != r.session || p.digest() != r.digest)
+    }) {
+        return Err(format!(
+            "the output folder holds answers to another wording of {} (this version of the \
+             generator words it differently): pass another --out",
+            r.session
+        ));
+    }
     let done: BTreeSet<(&str, &str, u32)> = rows
         .iter()
         .map(|r| (r.session.as_str(), r.policy.as_str(), r.budget))
         .collect();
     let mut jobs = Vec::new();
-    for start in (0..n_sessions).step_by(round.max(1)) {
-        let end = (start + round.max(1)).min(n_sessions);
+    let round = round.max(1);
+    for start in (0..sessions.len()).step_by(round) {
+        let end = (start + round).min(sessions.len());
         for (ci, (policy, budget)) in cells.iter().enumerate() {
             let missing: Vec<usize> = (start..end)
-                .filter(|&i| !done.contains(&(ids(i).as_str(), policy.as_str(), *budget)))
+                .filter(|&i| !done.contains(&(sessions[i].id.as_str(), policy.as_str(), *budget)))
                 .collect();
             if !missing.is_empty() {
                 jobs.push(Job {
@@ -273,6 +287,7 @@ pub fn check_row(
         settings: settings.to_string(),
         session: session.id.clone(),
         index,
+        digest: session.digest(),
         policy: policy.clone(),
         budget: *budget,
         config,
@@ -282,7 +297,11 @@ pub fn check_row(
         final_right: c.final_right,
         expected: session.answers(),
         given: c.given,
-        from: session.turns.iter().map(|t| t.from.map(|j| j as u32)).collect(),
+        from: session
+            .turns
+            .iter()
+            .map(|t| t.from.map(|j| j as u32))
+            .collect(),
         n_prompt: e.n_prompt,
         n_gen: e.n_gen,
         turn_gen: e.turns.iter().map(|t| t.n_gen).collect(),
@@ -402,7 +421,12 @@ fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String
         let config = config_of(p, s.budgets[0], &s.run.extra);
         let job = EvalJob {
             eval: s.run.eval.clone(),
-            args: vec!["--mode".into(), "configs".into(), "--configs".into(), config],
+            args: vec![
+                "--mode".into(),
+                "configs".into(),
+                "--configs".into(),
+                config,
+            ],
             label: format!("check {p}"),
             log: work.join("configs.log"),
         };
@@ -424,7 +448,6 @@ fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String
 /// --quick's checks: every (session, cell) answered exactly once, a rerun finds nothing to do,
 /// and after the last session's rows are removed it runs exactly those again.
 fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
-    let ids = |i: usize| c.sessions[i].id.clone();
     let n = c.sessions.len();
     let once = |rows: &[Row]| -> Result<(), String> {
         let keys: BTreeSet<(&str, &str, u32)> = rows
@@ -444,7 +467,7 @@ fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
     };
     let rows = load_rows(c.results)?;
     once(&rows)?;
-    let left = plan(n, &ids, c.cells, &rows, c.settings, round)?;
+    let left = plan(c.sessions, c.cells, &rows, c.settings, round)?;
     if !left.is_empty() {
         return Err(format!("--quick: a rerun would run {} jobs", left.len()));
     }
@@ -456,7 +479,7 @@ fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
     }
     write_file(c.results, &text)?;
     let rows = load_rows(c.results)?;
-    let todo = plan(n, &ids, c.cells, &rows, c.settings, round)?;
+    let todo = plan(c.sessions, c.cells, &rows, c.settings, round)?;
     let expect: Vec<Job> = (0..c.cells.len())
         .map(|ci| Job {
             cell: ci,
@@ -472,7 +495,7 @@ fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
     run_jobs(c, &todo)?;
     let rows = load_rows(c.results)?;
     once(&rows)?;
-    if !plan(n, &ids, c.cells, &rows, c.settings, round)?.is_empty() {
+    if !plan(c.sessions, c.cells, &rows, c.settings, round)?.is_empty() {
         return Err("--quick: sessions still missing after the rerun".into());
     }
     Ok(())
@@ -525,8 +548,7 @@ pub fn run(
     let cells = cells(&s);
     let rows = load_rows(&results)?;
     let round = 2 * s.parallel as usize;
-    let ids = |i: usize| sessions[i].id.clone();
-    let jobs = plan(sessions.len(), &ids, &cells, &rows, &settings, round)?;
+    let jobs = plan(&sessions, &cells, &rows, &settings, round)?;
     let todo: usize = jobs.iter().map(|j| j.sessions.len()).sum();
     eprintln!("model:   {}", model.display());
     eprintln!("out:     {}", out.display());

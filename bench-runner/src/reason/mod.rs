@@ -41,7 +41,7 @@ pub const DEFAULT_POLICIES: [&str; 7] = [
 
 #[derive(clap::Args, Debug)]
 pub struct ReasonCli {
-    /// CI run: the tiny test model, budgets 64,128, two sessions of three one-operation turns,
+    /// CI run: the tiny test model, budgets 32,64, two sessions of three one-operation turns,
     /// 16 tokens per turn, decoded together, and a check that a rerun skips what is done
     /// (accuracy is whatever it is)
     #[arg(long)]
@@ -50,7 +50,7 @@ pub struct ReasonCli {
     /// --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// KV budgets in cells [default: 128,256]
+    /// KV budgets in cells [default: 64,96; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
@@ -62,17 +62,18 @@ pub struct ReasonCli {
     #[arg(long, value_name = "N")]
     pub sessions: Option<u32>,
     /// Turns (problems) per session; from the third on, each starts from the answer of a turn at
-    /// least two back [default: 6; --quick: 3]
+    /// least two back [default: 4; --quick: 3]
     #[arg(long, value_name = "N")]
     pub turns: Option<u32>,
     /// Operations per problem [default: 3; --quick: 1]
     #[arg(long, value_name = "N")]
     pub steps: Option<u32>,
-    /// Most tokens generated per turn (bounds the time of answers that loop) [default: 400;
+    /// Most tokens generated per turn (bounds the time of answers that loop) [default: 256;
     /// --quick: 16]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
-    /// Sessions decoded together, one sequence each in one context [default: 8; --quick: 2]
+    /// Sessions decoded together, one sequence each in one context (at most 30: a compressed
+    /// context's decode call holds 32 tokens at budgets up to 256) [default: 20; --quick: 2]
     #[arg(long, value_name = "N")]
     pub parallel: Option<u32>,
     /// Seed of the session generator
@@ -149,7 +150,7 @@ pub fn check_policy(p: &str) -> Result<(), String> {
 
 pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
-    let budgets = pick(cli.budgets, quick, vec![64, 128], vec![128, 256]);
+    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![64, 96]);
     let default_policies = cli.policies.is_none();
     let policies = match cli.policies {
         Some(p) if p == ["none"] => Vec::new(),
@@ -170,10 +171,10 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         return Err("--policies: an entry is given twice".into());
     }
     let sessions = pick(cli.sessions, quick, 2, 40);
-    let turns = pick(cli.turns, quick, 3, 6);
+    let turns = pick(cli.turns, quick, 3, 4);
     let steps = pick(cli.steps, quick, 1, 3);
-    let n_tokens = pick(cli.n_tokens, quick, 16, 400);
-    let parallel = pick(cli.parallel, quick, 2, 8);
+    let n_tokens = pick(cli.n_tokens, quick, 16, 256);
+    let parallel = pick(cli.parallel, quick, 2, 20);
     for (name, v) in [
         ("--sessions", sessions),
         ("--steps", steps),

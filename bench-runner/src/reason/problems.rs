@@ -19,7 +19,8 @@ pub struct Shape {
 /// The system message: short, so that the protected prefix (the first turn's prompt, at most
 /// budget/4 cells) holds it.
 pub const SYSTEM: &str = "You are a careful math tutor. Solve each problem step by step in plain \
-text (no code), showing every calculation. End your answer with a line \"Answer: N\".";
+text (no code), showing every calculation. End your answer with a line \"Answer to Problem k: \
+N\", where k is the problem's number.";
 
 /// One operation on the running amount: additions and subtractions only. With the 1.5B model,
 /// "n boxes with k in each" was read as adding k n times or once often enough to measure the
@@ -54,6 +55,12 @@ impl Session {
     /// The expected answers, turn by turn.
     pub fn answers(&self) -> Vec<i64> {
         self.turns.iter().map(|t| t.answer).collect()
+    }
+
+    /// A digest of what the model is shown (system message and turns), kept with every answer so
+    /// that a rerun refuses answers to sessions the generator now words differently.
+    pub fn digest(&self) -> String {
+        format!("{:016x}", crate::tasks::fnv(&self.to_jsonl()))
     }
 
     /// The `--tasks` line of `beaconkv-eval --mode reason`.

@@ -1,7 +1,9 @@
 //! The generator (by an independent evaluator), the answer parser, options, the resume plan and
 //! the tables.
 
-use super::driver::{append_row, check_row, eval_args, fingerprint, load_rows, plan, EvalSession, EvalTurn, Job, Row};
+use super::driver::{
+    append_row, check_row, eval_args, fingerprint, load_rows, plan, EvalSession, EvalTurn, Job, Row,
+};
 use super::problems::*;
 use super::report::Report;
 use super::*;
@@ -112,6 +114,14 @@ fn the_evaluator_itself() {
 
 #[test]
 fn generator_is_deterministic_and_seeded() {
+    // the digest follows what the model is shown
+    let d = generate(7, 0, SHAPE);
+    assert_eq!(d.digest(), generate(7, 0, SHAPE).digest());
+    assert_eq!(d.digest().len(), 16);
+    assert_ne!(d.digest(), generate(7, 1, SHAPE).digest());
+    let mut reworded = d.clone();
+    reworded.turns[2].text.push(' ');
+    assert_ne!(d.digest(), reworded.digest());
     for i in 0..20 {
         assert_eq!(generate(7, i, SHAPE), generate(7, i, SHAPE));
     }
@@ -227,7 +237,10 @@ fn answer_lines_are_parsed() {
     assert_eq!(parse_answer("Answer: N = 64 - 45", "answer"), None);
     assert_eq!(parse_answer("no final line 12", "answer"), None);
     assert_eq!(parse_answer("the answers: 12", "answer"), None);
-    assert_eq!(parse_answer("the answer to Problem 1 is 57", "answer"), None);
+    assert_eq!(
+        parse_answer("the answer to Problem 1 is 57", "answer"),
+        None
+    );
     // "1,23" is not a thousands separator
     assert_eq!(parse_answer("Answer: 1,23", "answer"), Some(1));
     assert_eq!(
@@ -247,7 +260,10 @@ fn answer_lines_are_parsed() {
     assert_eq!(parse_turn("...\nAnswer: 81", 3), Some(81));
     assert_eq!(parse_turn("...\nAnswer 3: 81", 3), Some(81));
     assert_eq!(parse_turn("...\n**Answer to Problem 3:** 81", 3), Some(81));
-    assert_eq!(parse_turn("from the answer to Problem 1 (57)... Answer: 81", 3), Some(81));
+    assert_eq!(
+        parse_turn("from the answer to Problem 1 (57)... Answer: 81", 3),
+        Some(81)
+    );
     assert_eq!(parse_turn("...\\[\\boxed{81}\\]", 3), Some(81));
     assert_eq!(parse_turn("...\nAnswer 2: 81", 3), None);
     assert_eq!(parse_turn("I cannot tell.", 3), None);
@@ -257,10 +273,7 @@ fn answer_lines_are_parsed() {
 fn sessions_are_checked_turn_by_turn() {
     let p = generate(7, 1, SHAPE);
     let a = p.answers();
-    let right: Vec<String> = a
-        .iter()
-        .map(|v| format!("steps...\nAnswer: {v}"))
-        .collect();
+    let right: Vec<String> = a.iter().map(|v| format!("steps...\nAnswer: {v}")).collect();
     let c = check(&p, &right);
     assert!(c.correct && c.final_right, "{c:?}");
     assert_eq!((c.turns_right, c.turns), (4, 4));
@@ -304,19 +317,25 @@ fn wilson_interval() {
 #[test]
 fn options() {
     let s = settings(&[]).unwrap();
-    assert_eq!(s.budgets, vec![128, 256]);
+    assert_eq!(s.budgets, vec![64, 96]);
     assert_eq!(s.policies, DEFAULT_POLICIES.to_vec());
     assert!(s.default_policies);
     assert!(s.policies.contains(&"rkv".to_string()));
     assert_eq!(
         (s.sessions, s.n_tokens, s.parallel, s.min_ratio),
-        (40, 400, 8, 4.0)
+        (40, 256, 20, 4.0)
     );
-    assert_eq!(s.shape, Shape { turns: 6, steps: 3 });
+    assert_eq!(s.shape, Shape { turns: 4, steps: 3 });
     let q = settings(&["--quick"]).unwrap();
     assert_eq!(
-        (q.budgets.clone(), q.sessions, q.n_tokens, q.parallel, q.shape),
-        (vec![64, 128], 2, 16, 2, Shape { turns: 3, steps: 1 })
+        (
+            q.budgets.clone(),
+            q.sessions,
+            q.n_tokens,
+            q.parallel,
+            q.shape
+        ),
+        (vec![32, 64], 2, 16, 2, Shape { turns: 3, steps: 1 })
     );
     let c = settings(&[
         "--policies",
@@ -370,7 +389,18 @@ fn options() {
 
 #[test]
 fn eval_arguments() {
-    let s = settings(&["--n-tokens", "99", "-t", "1", "--parallel", "6", "--", "-fa", "on"]).unwrap();
+    let s = settings(&[
+        "--n-tokens",
+        "99",
+        "-t",
+        "1",
+        "--parallel",
+        "6",
+        "--",
+        "-fa",
+        "on",
+    ])
+    .unwrap();
     let a = eval_args(
         &s,
         Path::new("/m.gguf"),
@@ -442,7 +472,15 @@ fn tool_lines_become_checked_rows() {
     let cell = ("beacon".to_string(), 64);
     let mut answers = p.answers();
     answers[3] += 1;
-    let r = check_row(&s, "S", &p, 3, &cell, &eval_line(&p, "beacon:64", &answers, 90)).unwrap();
+    let r = check_row(
+        &s,
+        "S",
+        &p,
+        3,
+        &cell,
+        &eval_line(&p, "beacon:64", &answers, 90),
+    )
+    .unwrap();
     assert!(!r.correct && !r.final_right);
     assert_eq!((r.turns_right, r.turns, r.n_gen, r.cut), (3, 4, 360, 0));
     assert_eq!(r.turn_gen, vec![90; 4]);
@@ -476,10 +514,9 @@ fn resume_plans_what_is_missing_in_rounds() {
     let s = settings(&["--policies", "beacon,recent", "--budgets", "64"]).unwrap();
     let cells = cells(&s);
     let sessions: Vec<Session> = (0..5).map(|i| generate(7, i, SHAPE)).collect();
-    let ids = |i: usize| sessions[i].id.clone();
     assert!(load_rows(&path).unwrap().is_empty());
     // rounds of 2 sessions: every cell gets a round before the next round starts
-    let all = plan(5, &ids, &cells, &[], "S", 2).unwrap();
+    let all = plan(&sessions, &cells, &[], "S", 2).unwrap();
     let job = |cell, sessions: &[usize]| Job {
         cell,
         sessions: sessions.to_vec(),
@@ -514,7 +551,7 @@ fn resume_plans_what_is_missing_in_rounds() {
     append_row(&path, &row(&sessions[4], 4, "beacon", 64, 0, 5)).unwrap();
     let rows = load_rows(&path).unwrap();
     assert_eq!(rows.len(), 3);
-    let left = plan(5, &ids, &cells, &rows, "S", 2).unwrap();
+    let left = plan(&sessions, &cells, &rows, "S", 2).unwrap();
     assert_eq!(
         left,
         vec![
@@ -529,15 +566,34 @@ fn resume_plans_what_is_missing_in_rounds() {
         ]
     );
     // answers of other settings are refused, a corrupt line in the middle is an error
-    assert!(plan(5, &ids, &cells, &rows, "T", 2)
+    assert!(plan(&sessions, &cells, &rows, "T", 2)
         .unwrap_err()
         .contains("--out"));
+    // an answer to a session worded otherwise (an older generator) is refused, naming it
+    let mut reworded = rows.clone();
+    reworded[1].digest = "0123456789abcdef".into();
+    let err = plan(&sessions, &cells, &reworded, "S", 2).unwrap_err();
+    assert!(err.contains("session-1") && err.contains("--out"), "{err}");
+    // so is one of another session at that index
+    let mut moved = rows.clone();
+    moved[1].session = "session-9".into();
+    assert!(plan(&sessions, &cells, &moved, "S", 2).is_err());
+    // rows of sessions beyond this run's count are kept, not checked
+    let fewer = plan(&sessions[..1], &cells, &rows, "S", 2).unwrap();
+    assert_eq!(fewer, vec![job(1, &[0]), job(2, &[0])]);
     std::fs::write(&path, "garbage\n{}\n").unwrap();
     assert!(load_rows(&path).is_err());
     std::fs::remove_dir_all(&dir).unwrap();
     // the fingerprint names what changes the answers
     let f = fingerprint(&s, Path::new("/x/m.gguf"));
-    for part in ["model=m.gguf", "seed=7", "turns=6", "steps=3", "n_tokens=400", "parallel=8"] {
+    for part in [
+        "model=m.gguf",
+        "seed=7",
+        "turns=4",
+        "steps=3",
+        "n_tokens=256",
+        "parallel=20",
+    ] {
         assert!(f.contains(part), "{part}: {f}");
     }
 }
@@ -581,11 +637,15 @@ fn tables_flag_short_sessions() {
     let d = rep.detail_table();
     // the first turn wrong: the last is right; two turns of four reach back in each session
     assert!(
-        d.contains("| none | – | 50% [9–91] (1/2) | 100% (2/2) | 88% (7/8) | 100% (4/4) | 25 | 0/8 | 5 |"),
+        d.contains(
+            "| none | – | 50% [9–91] (1/2) | 100% (2/2) | 88% (7/8) | 100% (4/4) | 25 | 0/8 | 5 |"
+        ),
         "{d}"
     );
     assert!(
-        d.contains("| beacon | 64 | 50% [9–91] (1/2) | 50% (1/2) | 50% (4/8) | 50% (2/4) | 50 | 0/8 | 5 |"),
+        d.contains(
+            "| beacon | 64 | 50% [9–91] (1/2) | 50% (1/2) | 50% (4/8) | 50% (2/4) | 50 | 0/8 | 5 |"
+        ),
         "{d}"
     );
     let csv = rep.csv();
