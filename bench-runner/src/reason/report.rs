@@ -277,18 +277,31 @@ impl Report {
         let mut written = Vec::new();
         for length in [false, true] {
             let value = |c: &Cell| if length { c.mean_len() } else { c.rate() };
+            // the policies' points side by side around each budget (log2 x), so that the
+            // intervals do not hide one another
+            let n = s.policies.len().max(1) as f64;
             let mut series: Vec<Series> = s
                 .policies
                 .iter()
-                .map(|p| Series {
-                    label: p.clone(),
-                    points: s
+                .enumerate()
+                .map(|(i, p)| {
+                    let shift = 2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03);
+                    let cells: Vec<(f64, Cell)> = s
                         .budgets
                         .iter()
-                        .map(|&b| (b as f64, value(&self.get(p, b))))
-                        .filter(|(_, y)| y.is_finite())
-                        .collect(),
-                    dashed: false,
+                        .map(|&b| (b as f64 * shift, self.get(p, b)))
+                        .filter(|(_, c)| value(c).is_finite())
+                        .collect();
+                    Series {
+                        label: p.clone(),
+                        points: cells.iter().map(|(x, c)| (*x, value(c))).collect(),
+                        dashed: false,
+                        errors: if length {
+                            Vec::new()
+                        } else {
+                            cells.iter().map(|(_, c)| wilson(c.k, c.n)).collect()
+                        },
+                    }
                 })
                 .collect();
             if full.n > 0 {
@@ -296,10 +309,11 @@ impl Report {
                     label: if length {
                         format!("full cache ({:.0} tokens)", full.mean_len())
                     } else {
-                        format!("full cache ({:.0}%)", 100.0 * full.rate())
+                        format!("full cache ({})", fmt_accuracy(full.k, full.n))
                     },
                     points: vec![(lo, value(&full)), (hi, value(&full))],
                     dashed: true,
+                    errors: Vec::new(),
                 });
             }
             if length {
@@ -311,6 +325,7 @@ impl Report {
                         .map(|&b| (b as f64, s.min_ratio * b as f64))
                         .collect(),
                     dashed: true,
+                    errors: Vec::new(),
                 });
             }
             let path = dir.join(if length { "length.png" } else { "accuracy.png" });
@@ -325,7 +340,7 @@ impl Report {
                 y_desc: if length {
                     "mean generated tokens per session"
                 } else {
-                    "sessions with every turn right"
+                    "sessions with every turn right (Wilson 95%)"
                 },
                 x_log2: true,
                 y_min: Some(0.0),
