@@ -3,7 +3,7 @@
 # progress lines on stderr, made-up numbers in the same JSON shapes (written the same way: bare
 # `nan`/`inf` and raw control characters in strings are possible).
 # FAKE_EVAL_FAIL=MODE makes that mode fail like the real tool does (reason: after its first
-# session's line).
+# conversation's line).
 set -euo pipefail
 
 mode=agree configs="beacon:256" out="" lengths="1024,2048" depths="0.1,0.5,0.9" length=2048 text=""
@@ -175,11 +175,11 @@ case "$mode" in
         json+="]}"
         ;;
     reason)
-        # Multi-turn sessions ({"id", "system", "turns": [...]} per line): every turn's answer is
+        # Multi-turn conversations ({"id", "system", "turns": [...]} per line): every turn's answer is
         # worked out from its wording ("has N", "as your answer to Problem j", "Then it ... N more"
         # adds, "Then it ... N" takes away). The full cache and beacon answer every turn right, the
         # others all but the last; a turn generates min(--n-tokens, 12) tokens. One JSON line per
-        # session on stdout as it finishes.
+        # conversation on stdout as it finishes.
         json+="\"runs\": [], \"results\": ["; sep=""; done_n=0
         total=$(( $(grep -c . "$tasks") * ${#cfgs[@]} ))
         n_gen=$(( n_tokens < 12 ? n_tokens : 12 ))
@@ -206,9 +206,9 @@ case "$mode" in
                     { [ "$p" != none ] && [ "$p" != beacon ] && [ $((k + 1)) = ${#texts[@]} ]; } && given=$((v + 1))
                     turns+="$tsep{\"n_prompt\": 30, \"n_gen\": $n_gen, \"stopped\": true, \"output\": \"so it has $given now.\\nAnswer: $given\"}"; tsep=", "
                 done
-                session="{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"turns\": [$turns], \"n_prompt\": $((30 * ${#texts[@]})), \"n_gen\": $((n_gen * ${#texts[@]})), \"cells_peak\": $((b > 0 ? b : 90)), \"prefix_len\": 20, \"evicted\": $((b > 0 ? 7 : 0)), \"compress_events\": 2, \"recalled\": 0, \"seconds\": 0.5}"
-                printf '%s\n' "$session"
-                json+="$sep$session"; sep=", "
+                line_out="{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"turns\": [$turns], \"n_prompt\": $((30 * ${#texts[@]})), \"n_gen\": $((n_gen * ${#texts[@]})), \"cells_peak\": $((b > 0 ? b : 90)), \"prefix_len\": 20, \"evicted\": $((b > 0 ? 7 : 0)), \"compress_events\": 2, \"recalled\": 0, \"seconds\": 0.5}"
+                printf '%s\n' "$line_out"
+                json+="$sep$line_out"; sep=", "
                 done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2
                 if [ "${FAKE_EVAL_FAIL:-}" = reason ]; then
                     echo "error: llama_decode returned -1 for '$c'" >&2

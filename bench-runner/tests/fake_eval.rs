@@ -349,7 +349,7 @@ fn reason_quick_run_with_fake_eval() {
     for f in [
         "summary.md",
         "accuracy.csv",
-        "sessions.jsonl",
+        "conversations.jsonl",
         "results.jsonl",
         "accuracy.png",
         "length.png",
@@ -357,10 +357,10 @@ fn reason_quick_run_with_fake_eval() {
         assert!(non_empty(&out.join(f)), "{f} missing or empty");
     }
     assert!(
-        stderr.contains("resume check: rerunning session 1"),
+        stderr.contains("resume check: rerunning conversation 1"),
         "{stderr}"
     );
-    // 2 sessions x (the full cache + 7 policies x 2 budgets), each once after the resume check
+    // 2 conversations x (the full cache + 7 policies x 2 budgets), each once after the resume check
     let rows = result_lines(&out);
     assert_eq!(rows.len(), 2 * 15);
     // the fake works every turn out from its wording: the full cache and beacon get all three
@@ -391,7 +391,7 @@ fn reason_quick_run_with_fake_eval() {
 fn reason_resumes_after_a_failure_and_refuses_other_settings() {
     let out = tmpdir("reason-resume");
     let args = [
-        "--sessions",
+        "--conversations",
         "3",
         "--turns",
         "3",
@@ -406,25 +406,28 @@ fn reason_resumes_after_a_failure_and_refuses_other_settings() {
         "--policies",
         "beacon,recent",
     ];
-    // the tool dies after its first session: that one is kept
+    // the tool dies after its first conversation: that one is kept
     let (ok, _, stderr) = reason(&out, &args, &[("FAKE_EVAL_FAIL", "reason")]);
     assert!(!ok);
     assert!(stderr.contains("llama_decode returned -1"), "{stderr}");
     let rows = result_lines(&out);
     assert_eq!(rows.len(), 1);
     assert_eq!(
-        (rows[0]["session"].as_str(), rows[0]["policy"].as_str()),
-        (Some("session-0"), Some("none"))
+        (rows[0]["conversation"].as_str(), rows[0]["policy"].as_str()),
+        (Some("conversation-0"), Some("none"))
     );
     assert_eq!(rows[0]["correct"], true);
-    // the rerun does the other 8 (session, cell) pairs, once each
+    // the rerun does the other 8 (conversation, cell) pairs, once each
     let (ok, stdout, stderr) = reason(&out, &args, &[]);
     assert!(ok, "{stderr}");
-    assert!(stderr.contains("1 sessions done, 8 to run"), "{stderr}");
+    assert!(
+        stderr.contains("1 conversations done, 8 to run"),
+        "{stderr}"
+    );
     let rows = result_lines(&out);
     let keys: std::collections::BTreeSet<String> = rows
         .iter()
-        .map(|r| format!("{} {} {}", r["session"], r["policy"], r["budget"]))
+        .map(|r| format!("{} {} {}", r["conversation"], r["policy"], r["budget"]))
         .collect();
     assert_eq!((rows.len(), keys.len()), (9, 9));
     assert!(
@@ -434,16 +437,16 @@ fn reason_resumes_after_a_failure_and_refuses_other_settings() {
     // nothing left: a third run only writes the tables
     let (ok, _, stderr) = reason(&out, &args, &[]);
     assert!(
-        ok && stderr.contains("9 sessions done, 0 to run"),
+        ok && stderr.contains("9 conversations done, 0 to run"),
         "{stderr}"
     );
     assert_eq!(result_lines(&out).len(), 9);
-    // more sessions: only the new one runs, in every cell
+    // more conversations: only the new one runs, in every cell
     let mut more = args.to_vec();
     more[1] = "4";
     let (ok, _, stderr) = reason(&out, &more, &[]);
     assert!(
-        ok && stderr.contains("9 sessions done, 3 to run"),
+        ok && stderr.contains("9 conversations done, 3 to run"),
         "{stderr}"
     );
     assert_eq!(result_lines(&out).len(), 12);

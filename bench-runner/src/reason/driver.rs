@@ -1,8 +1,8 @@
-//! The run: the sessions, then per round and cell one `beaconkv-eval --mode reason` over the
-//! sessions still missing from `results.jsonl`; each session the tool prints is checked and
+//! The run: the conversations, then per round and cell one `beaconkv-eval --mode reason` over the
+//! conversations still missing from `results.jsonl`; each conversation the tool prints is checked and
 //! appended at once. Then the tables and plots.
 
-use super::problems::{self, Session};
+use super::problems::{self, Conversation};
 use super::report;
 use super::{cells, config_of, resolve, ReasonCli, ReasonSettings};
 use crate::args::{out_dir, unix_now, write_file};
@@ -16,7 +16,7 @@ use std::time::Instant;
 /// The resume file in the output folder.
 pub const RESULTS_FILE: &str = "results.jsonl";
 
-/// One turn of a session line of `beaconkv-eval --mode reason`.
+/// One turn of a conversation line of `beaconkv-eval --mode reason`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 pub struct EvalTurn {
     pub n_prompt: u64,
@@ -25,9 +25,9 @@ pub struct EvalTurn {
     pub output: String,
 }
 
-/// One session line of `beaconkv-eval --mode reason` (stdout).
+/// One conversation line of `beaconkv-eval --mode reason` (stdout).
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct EvalSession {
+pub struct EvalConversation {
     pub id: String,
     pub config: String,
     pub turns: Vec<EvalTurn>,
@@ -41,14 +41,14 @@ pub struct EvalSession {
     pub seconds: f64,
 }
 
-/// One checked session in one cell: a line of `results.jsonl`.
+/// One checked conversation in one cell: a line of `results.jsonl`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Row {
     /// What the answers depend on besides the cell ([`fingerprint`]); a folder holds one.
     pub settings: String,
-    pub session: String,
+    pub conversation: String,
     pub index: u32,
-    /// [`Session::digest`] of the session answered.
+    /// [`Conversation::digest`] of the conversation answered.
     pub digest: String,
     /// The policy entry as given ("none" for the full cache).
     pub policy: String,
@@ -64,9 +64,9 @@ pub struct Row {
     pub given: Vec<Option<i64>>,
     /// Per turn, the earlier turn (1-based) its problem starts from.
     pub from: Vec<Option<u32>>,
-    /// Prompt tokens of the whole session (every turn's template and problem).
+    /// Prompt tokens of the whole conversation (every turn's template and problem).
     pub n_prompt: u64,
-    /// Tokens generated in the whole session.
+    /// Tokens generated in the whole conversation.
     pub n_gen: u64,
     pub turn_gen: Vec<u64>,
     /// Turns cut at --n-tokens.
@@ -77,14 +77,14 @@ pub struct Row {
     pub evicted: u64,
     pub compress_events: u64,
     pub recalled: u64,
-    /// From the session's first prompt token to its last answer (other sessions decoded
+    /// From the conversation's first prompt token to its last answer (other conversations decoded
     /// alongside).
     pub seconds: f64,
     pub outputs: Vec<String>,
 }
 
-/// What an answer depends on besides its session index and cell: the model file, the
-/// generator, the generation cap, prompt chunking, the sessions decoded together (they change
+/// What an answer depends on besides its conversation index and cell: the model file, the
+/// generator, the generation cap, prompt chunking, the conversations decoded together (they change
 /// the rounding), extra keys and flags.
 pub fn fingerprint(s: &ReasonSettings, model: &Path) -> String {
     let name = model
@@ -150,19 +150,19 @@ pub fn append_row(path: &Path, row: &Row) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// One invocation of the tool: a cell and the sessions it still lacks.
+/// One invocation of the tool: a cell and the conversations it still lacks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
     pub cell: usize,
-    pub sessions: Vec<usize>,
+    pub conversations: Vec<usize>,
 }
 
-/// The jobs still to run. Sessions go in rounds of `round`: every cell gets a round's missing
-/// sessions before the next round starts, so that a run cut short leaves every cell with about
-/// the same count. Rows of other settings, or of a session now generated differently, are an
+/// The jobs still to run. Conversations go in rounds of `round`: every cell gets a round's missing
+/// conversations before the next round starts, so that a run cut short leaves every cell with about
+/// the same count. Rows of other settings, or of a conversation now generated differently, are an
 /// error.
 pub fn plan(
-    sessions: &[Session],
+    conversations: &[Conversation],
     cells: &[(String, u32)],
     rows: &[Row],
     settings: &str,
@@ -175,32 +175,34 @@ pub fn plan(
         ));
     }
     if let Some(r) = rows.iter().find(|r| {
-        sessions
+        conversations
             .get(r.index as usize)
-            .is_some_and(|p| p.id != r.session || p.digest() != r.digest)
+            .is_some_and(|p| p.id != r.conversation || p.digest() != r.digest)
     }) {
         return Err(format!(
             "the output folder holds answers to another wording of {} (this version of the \
              generator words it differently): pass another --out",
-            r.session
+            r.conversation
         ));
     }
     let done: BTreeSet<(&str, &str, u32)> = rows
         .iter()
-        .map(|r| (r.session.as_str(), r.policy.as_str(), r.budget))
+        .map(|r| (r.conversation.as_str(), r.policy.as_str(), r.budget))
         .collect();
     let mut jobs = Vec::new();
     let round = round.max(1);
-    for start in (0..sessions.len()).step_by(round) {
-        let end = (start + round).min(sessions.len());
+    for start in (0..conversations.len()).step_by(round) {
+        let end = (start + round).min(conversations.len());
         for (ci, (policy, budget)) in cells.iter().enumerate() {
             let missing: Vec<usize> = (start..end)
-                .filter(|&i| !done.contains(&(sessions[i].id.as_str(), policy.as_str(), *budget)))
+                .filter(|&i| {
+                    !done.contains(&(conversations[i].id.as_str(), policy.as_str(), *budget))
+                })
                 .collect();
             if !missing.is_empty() {
                 jobs.push(Job {
                     cell: ci,
-                    sessions: missing,
+                    conversations: missing,
                 });
             }
         }
@@ -208,7 +210,7 @@ pub fn plan(
     Ok(jobs)
 }
 
-/// The tool's arguments for one sessions file and one config.
+/// The tool's arguments for one conversations file and one config.
 pub fn eval_args(
     s: &ReasonSettings,
     model: &Path,
@@ -243,28 +245,28 @@ pub fn eval_args(
     a
 }
 
-/// A session line of the tool checked against its session: a row.
+/// A conversation line of the tool checked against its conversation: a row.
 pub fn check_row(
     s: &ReasonSettings,
     settings: &str,
-    session: &Session,
+    conversation: &Conversation,
     index: u32,
     (policy, budget): &(String, u32),
-    e: &EvalSession,
+    e: &EvalConversation,
 ) -> Result<Row, String> {
     let config = config_of(policy, *budget, &s.run.extra);
-    if e.id != session.id || e.config != config {
+    if e.id != conversation.id || e.config != config {
         return Err(format!(
             "beaconkv-eval answered {} {}, expected {} {config}",
-            e.id, e.config, session.id
+            e.id, e.config, conversation.id
         ));
     }
-    if e.turns.len() != session.turns.len() {
+    if e.turns.len() != conversation.turns.len() {
         return Err(format!(
             "{} {config}: {} turns answered, expected {}",
             e.id,
             e.turns.len(),
-            session.turns.len()
+            conversation.turns.len()
         ));
     }
     if let Some((k, t)) = e
@@ -282,12 +284,12 @@ pub fn check_row(
         ));
     }
     let outputs: Vec<String> = e.turns.iter().map(|t| t.output.clone()).collect();
-    let c = problems::check(session, &outputs);
+    let c = problems::check(conversation, &outputs);
     Ok(Row {
         settings: settings.to_string(),
-        session: session.id.clone(),
+        conversation: conversation.id.clone(),
         index,
-        digest: session.digest(),
+        digest: conversation.digest(),
         policy: policy.clone(),
         budget: *budget,
         config,
@@ -295,9 +297,9 @@ pub fn check_row(
         turns_right: c.turns_right,
         turns: c.turns,
         final_right: c.final_right,
-        expected: session.answers(),
+        expected: conversation.answers(),
         given: c.given,
-        from: session
+        from: conversation
             .turns
             .iter()
             .map(|t| t.from.map(|j| j as u32))
@@ -325,24 +327,24 @@ struct Ctx<'a> {
     results: &'a Path,
     /// The tool's throughput figures, one line per invocation.
     throughput: &'a Path,
-    sessions: &'a [Session],
+    conversations: &'a [Conversation],
     cells: &'a [(String, u32)],
 }
 
-/// Runs every job, appending each session's row as the tool prints it; returns the sessions
+/// Runs every job, appending each conversation's row as the tool prints it; returns the conversations
 /// run.
 fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
     let started = Instant::now();
-    let total: usize = jobs.iter().map(|j| j.sessions.len()).sum();
+    let total: usize = jobs.iter().map(|j| j.conversations.len()).sum();
     let mut done = 0usize;
     let mut tokens = 0u64;
     for job in jobs {
         let cell = &c.cells[job.cell];
         let config = config_of(&cell.0, cell.1, &c.s.run.extra);
-        let input = c.work.join("sessions.jsonl");
+        let input = c.work.join("conversations.jsonl");
         let mut text = String::new();
-        for &i in &job.sessions {
-            text.push_str(&c.sessions[i].to_jsonl());
+        for &i in &job.conversations {
+            text.push_str(&c.conversations[i].to_jsonl());
             text.push('\n');
         }
         write_file(&input, &text)?;
@@ -359,19 +361,19 @@ fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
             if !line.starts_with('{') {
                 return Ok(());
             }
-            let e: EvalSession = serde_json::from_str(line)
-                .map_err(|err| format!("unexpected session line of beaconkv-eval: {err}"))?;
+            let e: EvalConversation = serde_json::from_str(line)
+                .map_err(|err| format!("unexpected conversation line of beaconkv-eval: {err}"))?;
             let Some(&i) = job
-                .sessions
+                .conversations
                 .iter()
-                .find(|&&i| c.sessions[i].id == e.id && !answered.contains(&i))
+                .find(|&&i| c.conversations[i].id == e.id && !answered.contains(&i))
             else {
                 return Err(format!(
-                    "beaconkv-eval answered {} {}, not a session it was given (or twice)",
+                    "beaconkv-eval answered {} {}, not a conversation it was given (or twice)",
                     e.id, e.config
                 ));
             };
-            let row = check_row(c.s, c.settings, &c.sessions[i], i as u32, cell, &e)?;
+            let row = check_row(c.s, c.settings, &c.conversations[i], i as u32, cell, &e)?;
             append_row(c.results, &row)?;
             answered.insert(i);
             done += 1;
@@ -379,7 +381,7 @@ fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
             let secs = started.elapsed().as_secs_f64();
             eprintln!(
                 "[{done}/{total}] {} {config}: {}/{} turns right, {} tokens; {:.1} tok/s so far, about {:.0} min left",
-                row.session,
+                row.conversation,
                 row.turns_right,
                 row.turns,
                 row.n_gen,
@@ -389,11 +391,11 @@ fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
             Ok(())
         };
         run_eval_lines(&eval_job, Some(&mut on_line))?;
-        if answered.len() != job.sessions.len() {
+        if answered.len() != job.conversations.len() {
             return Err(format!(
-                "beaconkv-eval answered {} of {} sessions for {config}",
+                "beaconkv-eval answered {} of {} conversations for {config}",
                 answered.len(),
-                job.sessions.len()
+                job.conversations.len()
             ));
         }
         if let Ok(bytes) = std::fs::read(&json) {
@@ -445,18 +447,18 @@ fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String
     Ok(kept)
 }
 
-/// --quick's checks: every (session, cell) answered exactly once, a rerun finds nothing to do,
-/// and after the last session's rows are removed it runs exactly those again.
+/// --quick's checks: every (conversation, cell) answered exactly once, a rerun finds nothing to do,
+/// and after the last conversation's rows are removed it runs exactly those again.
 fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
-    let n = c.sessions.len();
+    let n = c.conversations.len();
     let once = |rows: &[Row]| -> Result<(), String> {
         let keys: BTreeSet<(&str, &str, u32)> = rows
             .iter()
-            .map(|r| (r.session.as_str(), r.policy.as_str(), r.budget))
+            .map(|r| (r.conversation.as_str(), r.policy.as_str(), r.budget))
             .collect();
         if rows.len() != n * c.cells.len() || keys.len() != rows.len() {
             return Err(format!(
-                "--quick: {} rows ({} distinct) in {}, expected {n} sessions x {} cells",
+                "--quick: {} rows ({} distinct) in {}, expected {n} conversations x {} cells",
                 rows.len(),
                 keys.len(),
                 c.results.display(),
@@ -467,7 +469,7 @@ fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
     };
     let rows = load_rows(c.results)?;
     once(&rows)?;
-    let left = plan(c.sessions, c.cells, &rows, c.settings, round)?;
+    let left = plan(c.conversations, c.cells, &rows, c.settings, round)?;
     if !left.is_empty() {
         return Err(format!("--quick: a rerun would run {} jobs", left.len()));
     }
@@ -479,24 +481,24 @@ fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
     }
     write_file(c.results, &text)?;
     let rows = load_rows(c.results)?;
-    let todo = plan(c.sessions, c.cells, &rows, c.settings, round)?;
+    let todo = plan(c.conversations, c.cells, &rows, c.settings, round)?;
     let expect: Vec<Job> = (0..c.cells.len())
         .map(|ci| Job {
             cell: ci,
-            sessions: vec![last],
+            conversations: vec![last],
         })
         .collect();
     if todo != expect {
         return Err(format!(
-            "--quick: after removing session {last}'s rows the rerun plans {todo:?}, expected {expect:?}"
+            "--quick: after removing conversation {last}'s rows the rerun plans {todo:?}, expected {expect:?}"
         ));
     }
-    eprintln!("--quick: resume check: rerunning session {last} in every cell");
+    eprintln!("--quick: resume check: rerunning conversation {last} in every cell");
     run_jobs(c, &todo)?;
     let rows = load_rows(c.results)?;
     once(&rows)?;
-    if !plan(c.sessions, c.cells, &rows, c.settings, round)?.is_empty() {
-        return Err("--quick: sessions still missing after the rerun".into());
+    if !plan(c.conversations, c.cells, &rows, c.settings, round)?.is_empty() {
+        return Err("--quick: conversations still missing after the rerun".into());
     }
     Ok(())
 }
@@ -536,28 +538,28 @@ pub fn run(
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
     s.policies = known_policies(&s, &work)?;
     let settings = fingerprint(&s, &model);
-    let sessions: Vec<Session> = (0..s.sessions)
+    let conversations: Vec<Conversation> = (0..s.conversations)
         .map(|i| problems::generate(s.seed, i, s.shape))
         .collect();
     let mut text = String::new();
-    for p in &sessions {
+    for p in &conversations {
         text.push_str(&serde_json::to_string(p).map_err(|e| e.to_string())?);
         text.push('\n');
     }
-    write_file(&out.join("sessions.jsonl"), &text)?;
+    write_file(&out.join("conversations.jsonl"), &text)?;
     let cells = cells(&s);
     let rows = load_rows(&results)?;
     let round = 2 * s.parallel as usize;
-    let jobs = plan(&sessions, &cells, &rows, &settings, round)?;
-    let todo: usize = jobs.iter().map(|j| j.sessions.len()).sum();
+    let jobs = plan(&conversations, &cells, &rows, &settings, round)?;
+    let todo: usize = jobs.iter().map(|j| j.conversations.len()).sum();
     eprintln!("model:   {}", model.display());
     eprintln!("out:     {}", out.display());
     eprintln!("settings: {settings}");
     eprintln!(
-        "cells:   {} ({} sessions each, in rounds of {round}); {} sessions done, {} to run",
+        "cells:   {} ({} conversations each, in rounds of {round}); {} conversations done, {} to run",
         cells.len(),
-        sessions.len(),
-        sessions.len() * cells.len() - todo,
+        conversations.len(),
+        conversations.len() * cells.len() - todo,
         todo
     );
     let c = Ctx {
@@ -567,7 +569,7 @@ pub fn run(
         work: &work,
         results: &results,
         throughput: &out.join("throughput.jsonl"),
-        sessions: &sessions,
+        conversations: &conversations,
         cells: &cells,
     };
     run_jobs(&c, &jobs)?;

@@ -1,13 +1,13 @@
-//! `beaconkv-bench reason`: chain-of-thought accuracy over multi-turn sessions. A session is a
-//! conversation of short turns, one arithmetic word problem each, where later problems start
+//! `beaconkv-bench reason`: chain-of-thought accuracy over multi-turn conversations. A
+//! conversation is a series of short turns, one arithmetic word problem each, where later problems start
 //! from an earlier turn's answer ([`problems`]); `beaconkv-eval --mode reason` answers every
-//! turn greedily, `--parallel` sessions decoded together in one context (one sequence each, the
+//! turn greedily, `--parallel` conversations decoded together in one context (one sequence each, the
 //! same budget), with the full cache and every policy × budget; the bench checks every turn's
 //! answer by program.
 //!
-//! Every finished session is appended to `results.jsonl` in the output folder as soon as the
-//! tool prints it; a rerun with the same folder and settings skips the (session, cell) pairs
-//! already there. Tables (sessions right with their Wilson interval, turns right, mean generated
+//! Every finished conversation is appended to `results.jsonl` in the output folder as soon as the
+//! tool prints it; a rerun with the same folder and settings skips the (conversation, cell) pairs
+//! already there. Tables (conversations right with their Wilson interval, turns right, mean generated
 //! length per cell; cells whose mean length is under `--min-ratio` × budget are flagged), CSV
 //! and plots go to the same folder.
 //!
@@ -41,7 +41,7 @@ pub const DEFAULT_POLICIES: [&str; 7] = [
 
 #[derive(clap::Args, Debug)]
 pub struct ReasonCli {
-    /// CI run: the tiny test model, budgets 32,64, two sessions of three one-operation turns,
+    /// CI run: the tiny test model, budgets 32,64, two conversations of three one-operation turns,
     /// 16 tokens per turn, decoded together, and a check that a rerun skips what is done
     /// (accuracy is whatever it is)
     #[arg(long)]
@@ -54,14 +54,14 @@ pub struct ReasonCli {
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
-    /// ("none" alone: only the full cache, to calibrate the sessions)
+    /// ("none" alone: only the full cache, to calibrate the conversations)
     /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
-    /// Sessions per cell [default: 40; --quick: 2]
+    /// Conversations per cell [default: 40; --quick: 2]
     #[arg(long, value_name = "N")]
-    pub sessions: Option<u32>,
-    /// Turns (problems) per session; from the third on, each starts from the answer of a turn at
+    pub conversations: Option<u32>,
+    /// Turns (problems) per conversation; from the third on, each starts from the answer of a turn at
     /// least two back [default: 4; --quick: 3]
     #[arg(long, value_name = "N")]
     pub turns: Option<u32>,
@@ -72,18 +72,18 @@ pub struct ReasonCli {
     /// --quick: 16]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
-    /// Sessions decoded together, one sequence each in one context (at most 30: a compressed
+    /// Conversations decoded together, one sequence each in one context (at most 30: a compressed
     /// context's decode call holds 32 tokens at budgets up to 256) [default: 20; --quick: 2]
     #[arg(long, value_name = "N")]
     pub parallel: Option<u32>,
-    /// Seed of the session generator
+    /// Seed of the conversation generator
     #[arg(long, value_name = "N", default_value_t = 7)]
     pub seed: u64,
     /// Largest chunk of a turn's prompt per decode call (a compressed context: also at most
     /// budget/8)
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub chunk: u32,
-    /// Flag a cell whose mean generated length per session is below this many times its budget
+    /// Flag a cell whose mean generated length per conversation is below this many times its budget
     #[arg(long, value_name = "X", default_value_t = 4.0)]
     pub min_ratio: f64,
     /// Output folder, also the one a rerun resumes [default: results/reason-<model-stem> in the
@@ -102,7 +102,7 @@ pub struct ReasonSettings {
     pub policies: Vec<String>,
     /// The policies came from [`DEFAULT_POLICIES`] (unknown ones are skipped, not an error).
     pub default_policies: bool,
-    pub sessions: u32,
+    pub conversations: u32,
     pub shape: Shape,
     pub n_tokens: u32,
     pub parallel: u32,
@@ -170,13 +170,13 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     if dedup.len() != policies.len() {
         return Err("--policies: an entry is given twice".into());
     }
-    let sessions = pick(cli.sessions, quick, 2, 40);
+    let conversations = pick(cli.conversations, quick, 2, 40);
     let turns = pick(cli.turns, quick, 3, 4);
     let steps = pick(cli.steps, quick, 1, 3);
     let n_tokens = pick(cli.n_tokens, quick, 16, 256);
     let parallel = pick(cli.parallel, quick, 2, 20);
     for (name, v) in [
-        ("--sessions", sessions),
+        ("--conversations", conversations),
         ("--steps", steps),
         ("--n-tokens", n_tokens),
         ("--parallel", parallel),
@@ -202,7 +202,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         budgets,
         policies,
         default_policies,
-        sessions,
+        conversations,
         shape: Shape {
             turns: turns as usize,
             steps: steps as usize,

@@ -1,4 +1,4 @@
-//! Multi-turn chain-of-thought sessions generated from a seed. A session is a conversation of
+//! Multi-turn chain-of-thought conversations generated from a seed. A conversation is a conversation of
 //! short turns, one arithmetic word problem each; from the third turn on, a problem starts from
 //! the answer of a problem at least two turns back, so the model has to come back to its own
 //! earlier answer while each turn's prompt stays short. Every answer is a whole number, known by
@@ -7,10 +7,10 @@
 use crate::tasks::Rng;
 use serde::{Deserialize, Serialize};
 
-/// How large the sessions are.
+/// How large the conversations are.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Shape {
-    /// Turns (problems) per session.
+    /// Turns (problems) per conversation.
     pub turns: usize,
     /// Operations per problem (after the starting amount).
     pub steps: usize,
@@ -43,22 +43,22 @@ pub struct Turn {
     pub from: Option<usize>,
 }
 
-/// One session as the model sees it, with what the checker expects.
+/// One conversation as the model sees it, with what the checker expects.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Session {
+pub struct Conversation {
     pub id: String,
     pub system: String,
     pub turns: Vec<Turn>,
 }
 
-impl Session {
+impl Conversation {
     /// The expected answers, turn by turn.
     pub fn answers(&self) -> Vec<i64> {
         self.turns.iter().map(|t| t.answer).collect()
     }
 
     /// A digest of what the model is shown (system message and turns), kept with every answer so
-    /// that a rerun refuses answers to sessions the generator now words differently.
+    /// that a rerun refuses answers to conversations the generator now words differently.
     pub fn digest(&self) -> String {
         format!("{:016x}", crate::tasks::fnv(&self.to_jsonl()))
     }
@@ -73,7 +73,7 @@ impl Session {
 /// Things counted in a word problem: (plural noun, holder, verb for a gain, verb for a loss).
 type Theme = (&'static str, &'static str, &'static str, &'static str);
 
-/// The themes; a session uses each at most once, so that the model cannot mix up the amounts of
+/// The themes; a conversation uses each at most once, so that the model cannot mix up the amounts of
 /// two problems by their names.
 pub const THEMES: [Theme; 10] = [
     ("sheep", "a farm", "buys", "sells"),
@@ -177,11 +177,11 @@ fn capitalise(s: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Session `index` of a run with `seed`. Turns 1 and 2 start from a number; turn k >= 3 starts
+/// Conversation `index` of a run with `seed`. Turns 1 and 2 start from a number; turn k >= 3 starts
 /// from the answer of a turn j <= k-2, drawn uniformly, so every later turn reaches back past the
-/// answer just given. The same (seed, index, shape) always gives the same session, however many
+/// answer just given. The same (seed, index, shape) always gives the same conversation, however many
 /// a run generates. Turns beyond the number of themes reuse them.
-pub fn generate(seed: u64, index: u32, shape: Shape) -> Session {
+pub fn generate(seed: u64, index: u32, shape: Shape) -> Conversation {
     let mut r = Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     r.next_u64();
     // the themes in a seeded order (Fisher-Yates)
@@ -198,8 +198,8 @@ pub fn generate(seed: u64, index: u32, shape: Shape) -> Session {
         let theme = themes[(k - 1) % themes.len()];
         turns.push(turn(&mut r, k, shape.steps.max(1), theme, from));
     }
-    Session {
-        id: format!("session-{index}"),
+    Conversation {
+        id: format!("conversation-{index}"),
         system: SYSTEM.to_string(),
         turns,
     }
@@ -290,7 +290,7 @@ pub fn parse_turn(output: &str, k: usize) -> Option<i64> {
         .or_else(|| last_boxed(output))
 }
 
-/// A checked session.
+/// A checked conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
     /// Every turn right.
@@ -302,8 +302,8 @@ pub struct Check {
     pub given: Vec<Option<i64>>,
 }
 
-/// Checks the outputs of a session's turns (one per turn; a missing one counts as wrong).
-pub fn check(s: &Session, outputs: &[String]) -> Check {
+/// Checks the outputs of a conversation's turns (one per turn; a missing one counts as wrong).
+pub fn check(s: &Conversation, outputs: &[String]) -> Check {
     let given: Vec<Option<i64>> = (0..s.turns.len())
         .map(|k| outputs.get(k).and_then(|o| parse_turn(o, k + 1)))
         .collect();

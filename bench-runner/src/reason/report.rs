@@ -1,4 +1,4 @@
-//! Sessions right and mean generated length per cell, as markdown tables, CSV and plots.
+//! Conversations right and mean generated length per cell, as markdown tables, CSV and plots.
 
 use super::driver::Row;
 use super::ReasonSettings;
@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The sessions of one cell.
+/// The conversations of one cell.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Cell {
-    /// Sessions with every turn right, of `n`.
+    /// Conversations with every turn right, of `n`.
     pub k: u64,
     pub n: u64,
     pub final_right: u64,
@@ -22,7 +22,7 @@ pub struct Cell {
     /// Turns whose problem starts from an earlier answer: right, of all.
     pub back_right: u64,
     pub back: u64,
-    /// Tokens generated, all sessions.
+    /// Tokens generated, all conversations.
     pub tokens: u64,
     /// Turns cut at --n-tokens.
     pub cut: u64,
@@ -55,7 +55,7 @@ impl Cell {
         }
     }
 
-    /// Mean tokens generated per session.
+    /// Mean tokens generated per conversation.
     pub fn mean_len(&self) -> f64 {
         if self.n == 0 {
             f64::NAN
@@ -64,7 +64,7 @@ impl Cell {
         }
     }
 
-    /// Mean session length under `ratio` × budget (never for the full cache, budget 0).
+    /// Mean conversation length under `ratio` × budget (never for the full cache, budget 0).
     pub fn flagged(&self, budget: u32, ratio: f64) -> bool {
         budget > 0 && self.n > 0 && self.mean_len() < ratio * budget as f64
     }
@@ -85,8 +85,8 @@ pub struct Report {
 }
 
 impl Report {
-    /// Aggregates the rows of the run's cells (rows of sessions beyond `--sessions` count too:
-    /// a rerun with fewer sessions keeps what is done).
+    /// Aggregates the rows of the run's cells (rows of conversations beyond `--conversations` count too:
+    /// a rerun with fewer conversations keeps what is done).
     pub fn new(cells: &[(String, u32)], rows: &[Row]) -> Report {
         let mut by: BTreeMap<(String, u32), Cell> = BTreeMap::new();
         for r in rows {
@@ -120,8 +120,8 @@ impl Report {
         )
     }
 
-    /// Policy × budget: sessions right [Wilson 95%] (k/n), turns right and mean generated tokens
-    /// per session; `*` marks a cell whose mean length is under `--min-ratio` × budget.
+    /// Policy × budget: conversations right [Wilson 95%] (k/n), turns right and mean generated tokens
+    /// per conversation; `*` marks a cell whose mean length is under `--min-ratio` × budget.
     pub fn table(&self, s: &ReasonSettings) -> String {
         let mut t = String::from("| policy |");
         for b in &s.budgets {
@@ -149,19 +149,19 @@ impl Report {
         }
         let _ = write!(
             t,
-            "\nSessions with every turn right [Wilson 95% interval] (right/run), share of all turns \
-             right, mean tokens generated per session. `*`: mean length under {} x the budget, \
+            "\nConversations with every turn right [Wilson 95% interval] (right/run), share of all turns \
+             right, mean tokens generated per conversation. `*`: mean length under {} x the budget, \
              too short for the budget to be tested.\n",
             s.min_ratio
         );
         t
     }
 
-    /// Per cell: sessions right, the last turn right, turns right, the turns that start from
+    /// Per cell: conversations right, the last turn right, turns right, the turns that start from
     /// an earlier answer, lengths, cut turns and evicted cells.
     pub fn detail_table(&self) -> String {
         let mut t = String::from(
-            "| policy | budget | sessions right | last turn right | turns right | turns reaching back right | tokens per turn | turns cut | cells evicted per session |\n\
+            "| policy | budget | conversations right | last turn right | turns right | turns reaching back right | tokens per turn | turns cut | cells evicted per conversation |\n\
              | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for (p, b) in &self.cells {
@@ -192,7 +192,7 @@ impl Report {
     }
 
     /// --quick: the table has header, separator, the full cache's row and one per policy, a
-    /// column per budget, and every cell its sessions.
+    /// column per budget, and every cell its conversations.
     pub fn check_shape(&self, s: &ReasonSettings) -> Result<(), String> {
         let table = self.table(s);
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
@@ -206,10 +206,10 @@ impl Report {
         }
         for (p, b) in &self.cells {
             let c = self.get(p, *b);
-            if c.n != s.sessions as u64 || c.turns != c.n * s.shape.turns as u64 {
+            if c.n != s.conversations as u64 || c.turns != c.n * s.shape.turns as u64 {
                 return Err(format!(
-                    "--quick: {p} at {b}: {} sessions ({} turns), expected {} of {} turns",
-                    c.n, c.turns, s.sessions, s.shape.turns
+                    "--quick: {p} at {b}: {} conversations ({} turns), expected {} of {} turns",
+                    c.n, c.turns, s.conversations, s.shape.turns
                 ));
             }
         }
@@ -247,12 +247,12 @@ impl Report {
         let mut m = String::from("# Chain-of-thought accuracy (beaconkv-bench reason)\n\n");
         let _ = writeln!(
             m,
-            "Model `{}`; {} sessions per cell of {} turns (one word problem of {} operations each; \
+            "Model `{}`; {} conversations per cell of {} turns (one word problem of {} operations each; \
              from the third turn on, each starts from the answer of a turn at least two back), seed \
-             {}, at most {} generated tokens per turn, greedy, {} sessions decoded together, {} \
+             {}, at most {} generated tokens per turn, greedy, {} conversations decoded together, {} \
              thread(s); this invocation took {:.0} s.\n",
             model.display(),
-            s.sessions,
+            s.conversations,
             s.shape.turns,
             s.shape.steps,
             s.seed,
@@ -338,9 +338,9 @@ impl Report {
                 },
                 x_desc: "KV budget (cells)",
                 y_desc: if length {
-                    "mean generated tokens per session"
+                    "mean generated tokens per conversation"
                 } else {
-                    "sessions with every turn right (Wilson 95%)"
+                    "conversations with every turn right (Wilson 95%)"
                 },
                 x_log2: true,
                 y_min: Some(0.0),

@@ -2,7 +2,8 @@
 //! the tables.
 
 use super::driver::{
-    append_row, check_row, eval_args, fingerprint, load_rows, plan, EvalSession, EvalTurn, Job, Row,
+    append_row, check_row, eval_args, fingerprint, load_rows, plan, EvalConversation, EvalTurn,
+    Job, Row,
 };
 use super::problems::*;
 use super::report::Report;
@@ -125,16 +126,16 @@ fn generator_is_deterministic_and_seeded() {
     for i in 0..20 {
         assert_eq!(generate(7, i, SHAPE), generate(7, i, SHAPE));
     }
-    let a: Vec<Session> = (0..20).map(|i| generate(7, i, SHAPE)).collect();
-    let b: Vec<Session> = (0..20).map(|i| generate(8, i, SHAPE)).collect();
+    let a: Vec<Conversation> = (0..20).map(|i| generate(7, i, SHAPE)).collect();
+    let b: Vec<Conversation> = (0..20).map(|i| generate(8, i, SHAPE)).collect();
     assert!(a.iter().zip(&b).all(|(x, y)| x.turns != y.turns));
-    // the same index gives the same session however many a run generates
+    // the same index gives the same conversation however many a run generates
     assert_eq!(generate(7, 13, SHAPE), a[13]);
     let ids: std::collections::BTreeSet<&str> = a.iter().map(|p| p.id.as_str()).collect();
     assert_eq!(ids.len(), a.len());
     // the tool's input line: id, system message, the turns' texts
     let v: serde_json::Value = serde_json::from_str(&a[0].to_jsonl()).unwrap();
-    assert_eq!(v["id"], "session-0");
+    assert_eq!(v["id"], "conversation-0");
     assert_eq!(v["system"], SYSTEM);
     assert_eq!(v["turns"].as_array().unwrap().len(), SHAPE.turns);
     assert_eq!(v["turns"][2], a[0].turns[2].text.as_str());
@@ -270,7 +271,7 @@ fn answer_lines_are_parsed() {
 }
 
 #[test]
-fn sessions_are_checked_turn_by_turn() {
+fn conversations_are_checked_turn_by_turn() {
     let p = generate(7, 1, SHAPE);
     let a = p.answers();
     let right: Vec<String> = a.iter().map(|v| format!("steps...\nAnswer: {v}")).collect();
@@ -278,7 +279,7 @@ fn sessions_are_checked_turn_by_turn() {
     assert!(c.correct && c.final_right, "{c:?}");
     assert_eq!((c.turns_right, c.turns), (4, 4));
     assert_eq!(c.given, a.iter().map(|&v| Some(v)).collect::<Vec<_>>());
-    // one wrong turn: the session is wrong, the others still count
+    // one wrong turn: the conversation is wrong, the others still count
     let mut one = right.clone();
     one[1] = format!("Answer: {}", a[1] + 1);
     let c = check(&p, &one);
@@ -322,7 +323,7 @@ fn options() {
     assert!(s.default_policies);
     assert!(s.policies.contains(&"rkv".to_string()));
     assert_eq!(
-        (s.sessions, s.n_tokens, s.parallel, s.min_ratio),
+        (s.conversations, s.n_tokens, s.parallel, s.min_ratio),
         (40, 256, 20, 4.0)
     );
     assert_eq!(s.shape, Shape { turns: 4, steps: 3 });
@@ -330,7 +331,7 @@ fn options() {
     assert_eq!(
         (
             q.budgets.clone(),
-            q.sessions,
+            q.conversations,
             q.n_tokens,
             q.parallel,
             q.shape
@@ -377,7 +378,7 @@ fn options() {
         (&["--budgets", "4"], "--budgets"),
         (&["--turns", "2"], "--turns"),
         (&["--steps", "0"], "--steps"),
-        (&["--sessions", "0"], "--sessions"),
+        (&["--conversations", "0"], "--conversations"),
         (&["--parallel", "0"], "--parallel"),
         (&["--n-tokens", "0"], "--n-tokens"),
         (&["--min-ratio", "nan"], "--min-ratio"),
@@ -422,9 +423,9 @@ fn eval_arguments() {
     );
 }
 
-/// The tool's line for a session, every turn answered with `answers`.
-fn eval_line(p: &Session, config: &str, answers: &[i64], n_gen: u64) -> EvalSession {
-    EvalSession {
+/// The tool's line for a conversation, every turn answered with `answers`.
+fn eval_line(p: &Conversation, config: &str, answers: &[i64], n_gen: u64) -> EvalConversation {
+    EvalConversation {
         id: p.id.clone(),
         config: config.into(),
         turns: answers
@@ -447,7 +448,14 @@ fn eval_line(p: &Session, config: &str, answers: &[i64], n_gen: u64) -> EvalSess
     }
 }
 
-fn row(p: &Session, index: u32, policy: &str, budget: u32, wrong_turns: usize, n_gen: u64) -> Row {
+fn row(
+    p: &Conversation,
+    index: u32,
+    policy: &str,
+    budget: u32,
+    wrong_turns: usize,
+    n_gen: u64,
+) -> Row {
     let s = settings(&["--turns", "4", "--n-tokens", "1000"]).unwrap();
     let mut answers = p.answers();
     for a in answers.iter_mut().take(wrong_turns) {
@@ -486,7 +494,7 @@ fn tool_lines_become_checked_rows() {
     assert_eq!(r.turn_gen, vec![90; 4]);
     assert_eq!(r.from[0], None);
     assert_eq!(r.from[2], p.turns[2].from.map(|j| j as u32));
-    // a line of another session or config, a turn missing, a turn over the cap
+    // a line of another conversation or config, a turn missing, a turn over the cap
     let mut other = eval_line(&p, "beacon:64", &answers, 90);
     other.config = "beacon:128".into();
     assert!(check_row(&s, "S", &p, 3, &cell, &other).is_err());
@@ -513,13 +521,13 @@ fn resume_plans_what_is_missing_in_rounds() {
     let _ = std::fs::remove_file(&path);
     let s = settings(&["--policies", "beacon,recent", "--budgets", "64"]).unwrap();
     let cells = cells(&s);
-    let sessions: Vec<Session> = (0..5).map(|i| generate(7, i, SHAPE)).collect();
+    let conversations: Vec<Conversation> = (0..5).map(|i| generate(7, i, SHAPE)).collect();
     assert!(load_rows(&path).unwrap().is_empty());
-    // rounds of 2 sessions: every cell gets a round before the next round starts
-    let all = plan(&sessions, &cells, &[], "S", 2).unwrap();
-    let job = |cell, sessions: &[usize]| Job {
+    // rounds of 2 conversations: every cell gets a round before the next round starts
+    let all = plan(&conversations, &cells, &[], "S", 2).unwrap();
+    let job = |cell, conversations: &[usize]| Job {
         cell,
-        sessions: sessions.to_vec(),
+        conversations: conversations.to_vec(),
     };
     assert_eq!(
         all,
@@ -535,9 +543,9 @@ fn resume_plans_what_is_missing_in_rounds() {
             job(2, &[4]),
         ]
     );
-    // three sessions written, then a line cut short by a kill
-    append_row(&path, &row(&sessions[0], 0, "none", 0, 0, 5)).unwrap();
-    append_row(&path, &row(&sessions[1], 1, "recent", 64, 1, 5)).unwrap();
+    // three conversations written, then a line cut short by a kill
+    append_row(&path, &row(&conversations[0], 0, "none", 0, 0, 5)).unwrap();
+    append_row(&path, &row(&conversations[1], 1, "recent", 64, 1, 5)).unwrap();
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .open(&path)
@@ -546,12 +554,12 @@ fn resume_plans_what_is_missing_in_rounds() {
     drop(f);
     let rows = load_rows(&path).unwrap();
     assert_eq!(rows.len(), 2);
-    assert_eq!(rows[0], row(&sessions[0], 0, "none", 0, 0, 5));
+    assert_eq!(rows[0], row(&conversations[0], 0, "none", 0, 0, 5));
     // the cut line is gone from the file, so the next append starts a line
-    append_row(&path, &row(&sessions[4], 4, "beacon", 64, 0, 5)).unwrap();
+    append_row(&path, &row(&conversations[4], 4, "beacon", 64, 0, 5)).unwrap();
     let rows = load_rows(&path).unwrap();
     assert_eq!(rows.len(), 3);
-    let left = plan(&sessions, &cells, &rows, "S", 2).unwrap();
+    let left = plan(&conversations, &cells, &rows, "S", 2).unwrap();
     assert_eq!(
         left,
         vec![
@@ -566,20 +574,23 @@ fn resume_plans_what_is_missing_in_rounds() {
         ]
     );
     // answers of other settings are refused, a corrupt line in the middle is an error
-    assert!(plan(&sessions, &cells, &rows, "T", 2)
+    assert!(plan(&conversations, &cells, &rows, "T", 2)
         .unwrap_err()
         .contains("--out"));
-    // an answer to a session worded otherwise (an older generator) is refused, naming it
+    // an answer to a conversation worded otherwise (an older generator) is refused, naming it
     let mut reworded = rows.clone();
     reworded[1].digest = "0123456789abcdef".into();
-    let err = plan(&sessions, &cells, &reworded, "S", 2).unwrap_err();
-    assert!(err.contains("session-1") && err.contains("--out"), "{err}");
-    // so is one of another session at that index
+    let err = plan(&conversations, &cells, &reworded, "S", 2).unwrap_err();
+    assert!(
+        err.contains("conversation-1") && err.contains("--out"),
+        "{err}"
+    );
+    // so is one of another conversation at that index
     let mut moved = rows.clone();
-    moved[1].session = "session-9".into();
-    assert!(plan(&sessions, &cells, &moved, "S", 2).is_err());
-    // rows of sessions beyond this run's count are kept, not checked
-    let fewer = plan(&sessions[..1], &cells, &rows, "S", 2).unwrap();
+    moved[1].conversation = "conversation-9".into();
+    assert!(plan(&conversations, &cells, &moved, "S", 2).is_err());
+    // rows of conversations beyond this run's count are kept, not checked
+    let fewer = plan(&conversations[..1], &cells, &rows, "S", 2).unwrap();
     assert_eq!(fewer, vec![job(1, &[0]), job(2, &[0])]);
     std::fs::write(&path, "garbage\n{}\n").unwrap();
     assert!(load_rows(&path).is_err());
@@ -599,20 +610,20 @@ fn resume_plans_what_is_missing_in_rounds() {
 }
 
 #[test]
-fn tables_flag_short_sessions() {
+fn tables_flag_short_conversations() {
     let s = settings(&[
         "--policies",
         "beacon",
         "--budgets",
         "8,64",
-        "--sessions",
+        "--conversations",
         "2",
         "--turns",
         "4",
     ])
     .unwrap();
     let cells = cells(&s);
-    let p: Vec<Session> = (0..2).map(|i| generate(7, i, SHAPE)).collect();
+    let p: Vec<Conversation> = (0..2).map(|i| generate(7, i, SHAPE)).collect();
     let rows = vec![
         row(&p[0], 0, "none", 0, 0, 25),
         row(&p[1], 1, "none", 0, 1, 25),
@@ -635,7 +646,7 @@ fn tables_flag_short_sessions() {
     );
     rep.check_shape(&s).unwrap();
     let d = rep.detail_table();
-    // the first turn wrong: the last is right; two turns of four reach back in each session
+    // the first turn wrong: the last is right; two turns of four reach back in each conversation
     assert!(
         d.contains(
             "| none | – | 50% [9–91] (1/2) | 100% (2/2) | 88% (7/8) | 100% (4/4) | 25 | 0/8 | 5 |"
@@ -651,7 +662,7 @@ fn tables_flag_short_sessions() {
     let csv = rep.csv();
     assert_eq!(csv.lines().count(), 1 + 3);
     assert!(csv.contains("beacon,64,1,2,0.5000,"), "{csv}");
-    // a cell short of sessions fails the --quick shape check
+    // a cell short of conversations fails the --quick shape check
     let rep = Report::new(&cells, &rows[..5]);
     assert!(rep.check_shape(&s).is_err());
 }
