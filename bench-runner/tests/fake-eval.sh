@@ -206,7 +206,7 @@ case "$mode" in
                     { [ "$p" != none ] && [ "$p" != beacon ] && [ $((k + 1)) = ${#texts[@]} ]; } && given=$((v + 1))
                     turns+="$tsep{\"n_prompt\": 30, \"n_gen\": $n_gen, \"stopped\": true, \"output\": \"so it has $given now.\\nAnswer: $given\"}"; tsep=", "
                 done
-                line_out="{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"turns\": [$turns], \"n_prompt\": $((30 * ${#texts[@]})), \"n_gen\": $((n_gen * ${#texts[@]})), \"cells_peak\": $((b > 0 ? b : 90)), \"prefix_len\": 20, \"evicted\": $((b > 0 ? 7 : 0)), \"compress_events\": 2, \"recalled\": 0, \"seconds\": 0.5}"
+                line_out="{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"turns\": [$turns], \"n_prompt\": $((30 * ${#texts[@]})), \"n_gen\": $((n_gen * ${#texts[@]})), \"cells_peak\": $((b > 0 ? b : (30 + n_gen) * ${#texts[@]})), \"prefix_len\": 20, \"evicted\": $((b > 0 ? 7 : 0)), \"compress_events\": 2, \"recalled\": 0, \"seconds\": 0.5}"
                 printf '%s\n' "$line_out"
                 json+="$sep$line_out"; sep=", "
                 done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2

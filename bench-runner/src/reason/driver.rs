@@ -447,6 +447,33 @@ fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String
     Ok(kept)
 }
 
+/// --quick's checks on what the tool reports: a compressed conversation never held more cells
+/// than its budget, and evicted some once it ran past it; the full cache evicted nothing and held
+/// every token (every turn's prompt and answer).
+pub fn check_cells(rows: &[Row]) -> Result<(), String> {
+    for r in rows {
+        let tokens = (r.n_prompt + r.n_gen) as i64;
+        let bad = if r.budget == 0 {
+            (r.evicted != 0 || r.cells_peak != tokens).then(|| {
+                format!(
+                    "held {} cells of {tokens} tokens, evicted {}",
+                    r.cells_peak, r.evicted
+                )
+            })
+        } else if r.cells_peak > r.budget as i64 {
+            Some(format!("held {} cells", r.cells_peak))
+        } else if tokens > r.budget as i64 && r.evicted == 0 {
+            Some(format!("evicted nothing from {tokens} tokens"))
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            return Err(format!("--quick: {} {}: {why}", r.conversation, r.config));
+        }
+    }
+    Ok(())
+}
+
 /// --quick's checks: every (conversation, cell) answered exactly once, a rerun finds nothing to do,
 /// and after the last conversation's rows are removed it runs exactly those again.
 fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
@@ -575,6 +602,7 @@ pub fn run(
     run_jobs(&c, &jobs)?;
     if s.quick {
         quick_resume_check(&c, round)?;
+        check_cells(&load_rows(&results)?)?;
     }
     let rows = load_rows(&results)?;
     let rep = report::Report::new(&cells, &rows);

@@ -2,8 +2,8 @@
 //! the tables.
 
 use super::driver::{
-    append_row, check_row, eval_args, fingerprint, load_rows, plan, EvalConversation, EvalTurn,
-    Job, Row,
+    append_row, check_cells, check_row, eval_args, fingerprint, load_rows, plan, EvalConversation,
+    EvalTurn, Job, Row,
 };
 use super::problems::*;
 use super::report::Report;
@@ -665,4 +665,34 @@ fn tables_flag_short_conversations() {
     // a cell short of conversations fails the --quick shape check
     let rep = Report::new(&cells, &rows[..5]);
     assert!(rep.check_shape(&s).is_err());
+}
+
+#[test]
+fn quick_checks_the_cells_the_tool_reports() {
+    let p = generate(7, 0, SHAPE);
+    // eval_line: 4 turns of 40 prompt tokens and 25 generated, 100 cells at most, 5 evicted
+    let full = row(&p, 0, "none", 0, 0, 25);
+    let b64 = row(&p, 0, "beacon", 64, 0, 25);
+    let mut ok_full = full.clone();
+    ok_full.cells_peak = 260;
+    ok_full.evicted = 0;
+    let mut ok_b = b64.clone();
+    ok_b.cells_peak = 64;
+    check_cells(&[ok_full.clone(), ok_b.clone()]).unwrap();
+    // the full cache holding fewer cells than tokens, or evicting
+    assert!(check_cells(&[full])
+        .unwrap_err()
+        .contains("held 100 cells of 260 tokens"));
+    // a compressed cell above its budget, or never evicting past it
+    assert!(check_cells(&[b64]).unwrap_err().contains("held 100 cells"));
+    let mut kept_all = ok_b.clone();
+    kept_all.evicted = 0;
+    assert!(check_cells(&[kept_all])
+        .unwrap_err()
+        .contains("evicted nothing from 260 tokens"));
+    // a conversation within its budget need not evict
+    let mut short = ok_b;
+    short.budget = 300;
+    short.evicted = 0;
+    check_cells(&[short]).unwrap();
 }
