@@ -447,6 +447,23 @@ fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String
     Ok(kept)
 }
 
+/// The rows with their answers checked again from their outputs, so that the tables follow
+/// this version of the checker (rows of conversations beyond this run's count as they are).
+pub fn recheck(rows: Vec<Row>, conversations: &[Conversation]) -> Vec<Row> {
+    rows.into_iter()
+        .map(|mut r| {
+            if let Some(p) = conversations.get(r.index as usize) {
+                let c = problems::check(p, &r.outputs);
+                r.correct = c.correct;
+                r.turns_right = c.turns_right;
+                r.final_right = c.final_right;
+                r.given = c.given;
+            }
+            r
+        })
+        .collect()
+}
+
 /// --quick's checks on what the tool reports: a compressed conversation never held more cells
 /// than its budget, and evicted some once it ran past it; the full cache evicted nothing and held
 /// every token (every turn's prompt and answer).
@@ -604,7 +621,7 @@ pub fn run(
         quick_resume_check(&c, round)?;
         check_cells(&load_rows(&results)?)?;
     }
-    let rows = load_rows(&results)?;
+    let rows = recheck(load_rows(&results)?, &conversations);
     let rep = report::Report::new(&cells, &rows);
     let summary = rep.summary_markdown(&s, &model, started.elapsed().as_secs_f64());
     write_file(&out.join("summary.md"), &summary)?;

@@ -280,14 +280,47 @@ pub fn last_boxed(output: &str) -> Option<i64> {
     number_after(output, at + "\\boxed{".len())
 }
 
+/// The last whole number of the output ("1,234" read as one; a sign is not read: every answer
+/// is positive, and "75-42" ends with 42).
+pub fn last_number(output: &str) -> Option<i64> {
+    let b = output.as_bytes();
+    let end = b.iter().rposition(u8::is_ascii_digit)? + 1;
+    let digits_from = |to: usize| {
+        let mut i = to;
+        while i > 0 && b[i - 1].is_ascii_digit() {
+            i -= 1;
+        }
+        i
+    };
+    let mut start = digits_from(end);
+    // groups of three digits after commas, e.g. "12,345,678"
+    while end - start >= 3
+        && (start..end).filter(|&i| b[i].is_ascii_digit()).count() % 3 == 0
+        && start >= 2
+        && b[start - 1] == b','
+        && b[start - 2].is_ascii_digit()
+        && digits_from(start - 1) < start - 1
+    {
+        let group = digits_from(start - 1);
+        if start - 1 - group > 3 {
+            break;
+        }
+        start = group;
+    }
+    let text: String = output[start..end].chars().filter(|c| *c != ',').collect();
+    text.parse().ok()
+}
+
 /// The answer of turn `k` (1-based): its `Answer: N` line; labelled with the problem
 /// ("Answer 3: N", "Answer to Problem 3: N") when the model numbers it; else the last
-/// `\boxed{N}`.
+/// `\boxed{N}`; else the last number of the output (an answer whose line was left out, e.g.
+/// "So, the jar now has 57 coins.").
 pub fn parse_turn(output: &str, k: usize) -> Option<i64> {
     parse_answer(output, &format!("answer to problem {k}"))
         .or_else(|| parse_answer(output, &format!("answer {k}")))
         .or_else(|| parse_answer(output, "answer"))
         .or_else(|| last_boxed(output))
+        .or_else(|| last_number(output))
 }
 
 /// A checked conversation.

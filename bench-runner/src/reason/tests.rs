@@ -2,8 +2,8 @@
 //! the tables.
 
 use super::driver::{
-    append_row, check_cells, check_row, eval_args, fingerprint, load_rows, plan, EvalConversation,
-    EvalTurn, Job, Row,
+    append_row, check_cells, check_row, eval_args, fingerprint, load_rows, plan, recheck,
+    EvalConversation, EvalTurn, Job, Row,
 };
 use super::problems::*;
 use super::report::Report;
@@ -266,8 +266,29 @@ fn answer_lines_are_parsed() {
         Some(81)
     );
     assert_eq!(parse_turn("...\\[\\boxed{81}\\]", 3), Some(81));
-    assert_eq!(parse_turn("...\nAnswer 2: 81", 3), None);
+    // a line labelled with another problem is not this turn's line; 81 is still the output's
+    // last number
+    assert_eq!(parse_answer("...\nAnswer 2: 81", "answer 3"), None);
+    assert_eq!(parse_answer("...\nAnswer 2: 81", "answer"), None);
+    assert_eq!(parse_turn("...\nAnswer 2: 81", 3), Some(81));
     assert_eq!(parse_turn("I cannot tell.", 3), None);
+    // no answer line and no box: the last number of the output
+    assert_eq!(
+        parse_turn("75 - 42 = 33, so the jar now has 33 coins.", 3),
+        Some(33)
+    );
+    assert_eq!(parse_turn("so it has 1,234 coins", 3), Some(1234));
+    assert_eq!(parse_turn("from 75-42", 3), Some(42));
+    assert_eq!(last_number("steps 1,2,3"), Some(3));
+    assert_eq!(last_number("12,345,678 and 9"), Some(9));
+    assert_eq!(last_number("12,345,678."), Some(12345678));
+    assert_eq!(last_number("1234,567"), Some(567));
+    assert_eq!(last_number("no digits"), None);
+    // an answer line wins over a later number
+    assert_eq!(
+        parse_turn("Answer to Problem 3: 81\nNext, Problem 4.", 3),
+        Some(81)
+    );
 }
 
 #[test]
@@ -695,4 +716,22 @@ fn quick_checks_the_cells_the_tool_reports() {
     short.budget = 300;
     short.evicted = 0;
     check_cells(&[short]).unwrap();
+}
+
+#[test]
+fn tables_follow_the_checker_of_this_version() {
+    let p: Vec<Conversation> = (0..2).map(|i| generate(7, i, SHAPE)).collect();
+    // a row written by a checker that missed the last turn's answer ("... has 57 coins.")
+    let mut r = row(&p[0], 0, "beacon", 64, 0, 25);
+    let last = p[0].answers()[3];
+    r.outputs[3] = format!("so the jar now has {last} coins.");
+    r.correct = false;
+    r.turns_right = 3;
+    r.final_right = false;
+    r.given[3] = None;
+    let fixed = recheck(vec![r.clone()], &p);
+    assert!(fixed[0].correct && fixed[0].final_right, "{:?}", fixed[0]);
+    assert_eq!((fixed[0].turns_right, fixed[0].given[3]), (4, Some(last)));
+    // a conversation beyond this run's count is left as written
+    assert_eq!(recheck(vec![r.clone()], &p[..0]), vec![r]);
 }
