@@ -281,6 +281,38 @@ def test_a_short_prompt_is_not_starved_by_long_ones_on_earlier_slots(server, tin
     assert done[2][0] < min(done[0][0], done[1][0]), f"the short prompt finished after the long ones: {done}"
 
 
+def test_a_request_pinned_to_a_busy_slot_leaves_its_work_alone(server, tiny):
+    """A request for a busy slot (`id_slot`) waits for it. Upstream's slot selection first ran the RAM prompt
+    cache's swap on that slot (save its prompt, load the cached prompt closest to the waiting request),
+    replacing the running request's tokens and cells: a running generation continued from the wrong
+    context, a prompt being processed was left longer than the request's own and the slot never finished
+    (with compression, prompts take many small batches, so this window is wide)."""
+    s = server(tiny, "-c", "8192", "-np", "2", "-t", "1", "--cache-ram", "64",
+               "--kv-compress", "beacon", "--kv-budget", "256")
+    cached, other = words(300, seed=21), words(300, seed=22)
+    s.complete(cached, 8, id_slot=0)
+    s.complete(other, 8, id_slot=0)  # slot 0's previous prompt goes to the RAM cache
+    long_prompt = words(2500, seed=23)
+    want = s.complete(long_prompt, 600, id_slot=1, cache_prompt=False)["content"]
+
+    got = {}
+    runner = threading.Thread(target=lambda: got.update(
+        res=s.complete(long_prompt, 600, id_slot=0, cache_prompt=False)))
+    runner.start()
+    deadline = time.time() + 30
+    while not s.slot(0)["is_processing"]:
+        assert time.time() < deadline, "the long request did not start"
+        time.sleep(0.005)
+    # a request for the cached prompt, pinned to the busy slot, while it processes its prompt and generates
+    waiting = threading.Thread(target=lambda: got.update(waiting=s.complete(cached, 8, id_slot=0)))
+    waiting.start()
+    runner.join(timeout=120)
+    waiting.join(timeout=120)
+    assert "res" in got, f"the running request never finished:\n{s.log()[-2000:]}"
+    assert got["res"]["content"] == want, "the running request's text changed when another request waited for its slot"
+    assert "waiting" in got, "the waiting request never ran"
+
+
 def test_speculative_draft_model_with_compression(server, tiny):
     s = server(tiny, "-c", "4096", "-md", str(tiny), "--spec-type", "draft-simple", "--spec-draft-n-max", "8",
                "--spec-draft-p-min", "0", *KV)
