@@ -123,6 +123,7 @@ impl Engine {
         };
         let sc = &mut self.scratch.arch;
         let (pos, cells) = (&self.scratch.pos[..n], &self.scratch.cells[..n]);
+        state.archive.forget_held(layout, pos);
         let ctx = state
             .score_ctx(&self.layers.descs, stream, pos, params.seed)
             .with_cells(cells, pos)
