@@ -196,11 +196,12 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     store = out / "results.jsonl"
     configs = [c for c in ("compressed", "uncompressed") if args.only in (None, c)]
+    stored = load(store)
     rows = []
     for n in ns:
         for config in configs:
             key = settings(args, n, config)
-            row = next((r for r in load(store) if all(r.get(k) == v for k, v in key.items())), None)
+            row = next((r for r in stored if all(r.get(k) == v for k, v in key.items())), None)
             if row is None:
                 row = run(args, n, config)
                 with open(store, "a") as f:
