@@ -50,6 +50,7 @@ from server_util import ROOT, free_port
 ASCII_GRAMMAR = "root ::= [a-z ]+"
 GRACE_S = 120  # past --minutes: start-up of the two servers, the last drain and checkpoint, stopping
 MAX_DETAILS = 8  # failure details kept per invariant (all are counted)
+MAX_STACK_DUMPS = 3  # server thread stacks (gdb) taken when a request hangs or a slot stays busy
 
 INVARIANTS = {
     "alive": "server never crashes (running until stopped, /health answers)",
@@ -139,6 +140,7 @@ class Soak:
         self.cmds = {}  # phase -> server command line
         self.overran = False
         self.t0 = time.time()
+        self.dumps = []  # files of server stacks taken on a hang
 
     # ---- bookkeeping ----------------------------------------------------------------------------
 
@@ -152,6 +154,35 @@ class Soak:
                     self.details[name].append({"phase": self.phase, "t_s": round(time.time() - self.t0, 1),
                                                "detail": d})
                     print(f"[soak] FAIL {name}: {json.dumps(d)[:600]}", flush=True)
+        if not ok and name in ("answered", "slots_free", "alive"):
+            self.diagnose(name)
+
+    def diagnose(self, why: str):
+        """A hang: the server's thread stacks (gdb, when installed) and its slots, into --out, so that a
+        failure on a machine one cannot log into still says where the server was."""
+        with self.lock:
+            if len(self.dumps) >= MAX_STACK_DUMPS or self.proc is None or self.proc.poll() is not None:
+                return
+            path = self.out / f"hang-{self.phase}-{len(self.dumps) + 1}.txt"
+            self.dumps.append(str(path))
+        parts = [f"why: {why}, phase {self.phase}, t={time.time() - self.t0:.1f} s"]
+        if shutil.which("gdb"):
+            try:
+                r = subprocess.run(["gdb", "-p", str(self.proc.pid), "-batch", "-ex", "thread apply all bt 30"],
+                                   capture_output=True, text=True, timeout=120)
+                parts.append(r.stdout[-60000:] + r.stderr[-2000:])
+            except (OSError, subprocess.TimeoutExpired) as e:
+                parts.append(f"gdb failed: {e!r}")
+        else:
+            parts.append("no gdb on this machine: no stacks")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            conn.request("GET", "/slots")
+            parts.append("/slots: " + conn.getresponse().read().decode(errors="replace"))
+        except (OSError, http.client.HTTPException) as e:
+            parts.append(f"/slots: no answer ({e!r})")
+        path.write_text("\n\n".join(parts) + "\n")
+        print(f"[soak] hang diagnosis: {path}", flush=True)
 
     def note(self, key: str, n: int = 1):
         with self.lock:
@@ -282,6 +313,8 @@ class Soak:
         last = {}
         while not self.stop.wait(1.0):
             status, _ = self.call("GET", "/health", timeout=30, kind="GET /health")
+            if self.stopping:  # stopped on purpose (end of phase, or the watchdog): not a crash
+                break
             self.check("alive", status == 200 and self.proc.poll() is None,
                        lambda: {"health": status, "returncode": self.proc.poll()})
             try:
@@ -538,12 +571,15 @@ class Soak:
                 self.check("slots_free", True)
                 return
             time.sleep(0.5)
-        self.check("slots_free", False, {"checkpoint": k, "busy": [s["id"] for s in (self.slots() or [])
-                                                                   if s["is_processing"]]})
+        busy = [{key: s.get(key) for key in ("id", "id_task", "n_ctx", "speculative", "next_token", "kv_compress")}
+                | {"n_predict": (s.get("params") or {}).get("n_predict")}
+                for s in (self.slots() or []) if s["is_processing"]]
+        self.check("slots_free", False, {"checkpoint": k, "busy": busy})
 
     def checkpoint(self, k: int):
         t = time.time()
-        if k > 0 and not self.gate.close(timeout=max(30.0, self.hard_deadline - time.time() - 60)):
+        # a load request runs a few seconds to a minute; one still running after 5 minutes is a hang
+        if k > 0 and not self.gate.close(timeout=min(300.0, max(30.0, self.hard_deadline - time.time() - 60))):
             self.check("answered", False, {"checkpoint": k, "error": "load requests still in flight"})
         try:
             self.slots_idle(k)
@@ -679,6 +715,16 @@ class Soak:
             md += ["", "## Failures (first of each)", "", "```json", json.dumps(dict(self.details), indent=2), "```"]
         (self.out / "report.md").write_text("\n".join(md) + "\n")
         print("\n".join(md[:len(rows) + 8]), flush=True)
+        if not data["pass"]:
+            # printed last: a CI log shows its tail
+            for name, ds in self.details.items():
+                for d in ds[:3]:
+                    print(f"[soak] failure {name}: {json.dumps(d)[:800]}")
+            for path in self.dumps:
+                print(f"[soak] hang diagnosis in {path}")
+            for log in sorted(self.out.glob("server-*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-25:]
+                print(f"[soak] last lines of {log}:\n" + "\n".join(tail))
         print(f"[soak] report: {self.out / 'report.md'}, {self.out / 'report.json'}; server log: {self.log_path}")
 
 

@@ -15,7 +15,6 @@
 //! contexts never stop evicting), and `get_stats` answers for any sequence id.
 #![no_main]
 
-
 use std::ffi::{c_char, CStr, CString};
 
 use beaconkv::ffi::*;
@@ -158,7 +157,7 @@ impl Input<'_> {
 fn params_from(input: &mut Input) -> beaconkv_params {
     let mut p = beaconkv_params_default();
     let (a, b, c, d) = (input.u8(), input.u8(), input.u8(), input.u8());
-    p.policy = (a % 6) as i32; // 5 = invalid
+    p.policy = (a % 7) as i32; // 6 = invalid
     p.budget = 8 + (b % 48) as i32;
     p.window = (c % 8) as i32;
     p.prefix = match c / 8 % 4 {
@@ -178,7 +177,7 @@ fn params_from(input: &mut Input) -> beaconkv_params {
     p.seed = d as u64;
     p.read_copy = (b & 1) as i32; // 1: K and queries through read_rows
     p.score = (c & 1) as i32; // 1: probability scoring
-    // the archive on half the time (refused with streaming/random/none), every element type
+                              // the archive on half the time (refused with streaming/random/none), every element type
     if d & 2 != 0 {
         p.archive = 16 + (b / 4 % 64) as i32;
         p.archive_type = (a / 4 % 3) as i32;
@@ -332,19 +331,28 @@ impl Session {
         self.check_budget(rc);
     }
 
-    /// After a successful after_decode every sequence is within its budget, whatever failed
-    /// before (a failed policy evicts by position; a failed callback is retried).
+    /// After a successful after_decode every sequence is within the budget it runs with (its own
+    /// from beaconkv_seq_override, or the context's), whatever failed before (a failed policy
+    /// evicts by position; a failed callback is retried). A sequence set to `none` promised the
+    /// plugin a logical context within the budget, which this host does not keep: not checked.
     fn check_budget(&mut self, rc: i32) {
         if self.ctx.is_null() || rc != BEACONKV_OK || self.params.policy == 0 {
             return;
         }
-        let budget = self.params.budget as usize;
         for s in 0..N_SEQ {
+            let mut p = beaconkv_params_default();
+            let got = unsafe { beaconkv_seq_params(self.ctx, s as i32, &mut p) };
+            assert_eq!(got, BEACONKV_OK, "seq_params of sequence {s}");
+            if p.policy == 0 {
+                // none
+                continue;
+            }
             let n = self.world.host.count(s as i32);
             assert!(
-                n <= budget,
-                "sequence {s} holds {n} cells > budget {budget} after after_decode (params {:?})",
-                self.params
+                n <= p.budget as usize,
+                "sequence {s} holds {n} cells > budget {} after after_decode (params {:?})",
+                p.budget,
+                p
             );
         }
     }
@@ -372,7 +380,7 @@ impl Session {
     }
 
     fn step(&mut self, input: &mut Input) {
-        match input.u8() % 20 {
+        match input.u8() % 22 {
             0 => self.new_context(input),
             1..=5 => self.decode(input),
             6 => {
@@ -400,7 +408,17 @@ impl Session {
                     std::ptr::null()
                 };
                 let rc = check_status("before_batch", unsafe {
-                    beaconkv_before_batch(self.ctx, n, ids_p, new_p, std::ptr::null(), n, t_p, ids_p, t_p)
+                    beaconkv_before_batch(
+                        self.ctx,
+                        n,
+                        ids_p,
+                        new_p,
+                        std::ptr::null(),
+                        n,
+                        t_p,
+                        ids_p,
+                        t_p,
+                    )
                 });
                 if n > 0 && (ids_p.is_null() || new_p.is_null()) {
                     assert_eq!(rc, BEACONKV_ERR_NULL);
@@ -525,6 +543,62 @@ impl Session {
                     beaconkv_params_parse(e.as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), 0)
                 };
                 assert_eq!(rc, BEACONKV_ERR_NULL);
+            }
+            17 => {
+                // Prompt reuse: at most n_past, or an error status to keep n_past by.
+                let (seq, n_past) = (input.seq(), input.bound());
+                let rc = unsafe { beaconkv_seq_reuse_point(self.ctx, seq, n_past) };
+                if self.ctx.is_null() {
+                    assert_eq!(rc, BEACONKV_ERR_NULL);
+                } else if n_past >= 0 {
+                    assert!(
+                        (0..=n_past).contains(&rc),
+                        "reuse point {rc} for n_past {n_past}"
+                    );
+                }
+            }
+            18 => {
+                // A sequence's own budget and policy: the check and the setter agree, and what is
+                // set is what the sequence reports.
+                let seq = input.seq();
+                let budget = match input.u8() % 4 {
+                    0 => 0,
+                    1 => self.params.budget,
+                    2 => (input.u8() % 64) as i32,
+                    _ => input.i32(),
+                };
+                let policy = (input.u8() % 8) as i32 - 1;
+                let n_ctx_seq = [0u32, 16, 64, u32::MAX][(input.u8() % 4) as usize];
+                let rc = check_status("seq_override", unsafe {
+                    beaconkv_seq_override(self.ctx, seq, budget, policy, n_ctx_seq)
+                });
+                let mut err = [0 as c_char; 160];
+                let checked = check_status("seq_override_check", unsafe {
+                    beaconkv_seq_override_check(
+                        &self.params,
+                        budget,
+                        policy,
+                        n_ctx_seq,
+                        err.as_mut_ptr(),
+                        err.len(),
+                    )
+                });
+                if !self.ctx.is_null()
+                    && seq >= 0
+                    && (rc == BEACONKV_OK || rc == BEACONKV_ERR_INVALID)
+                {
+                    assert_eq!(rc, checked, "seq_override and seq_override_check disagree");
+                }
+                let mut p = beaconkv_params_default();
+                let got = check_status("seq_params", unsafe {
+                    beaconkv_seq_params(self.ctx, seq, &mut p)
+                });
+                if rc == BEACONKV_OK && got == BEACONKV_OK && budget > 0 {
+                    assert_eq!(
+                        p.budget, budget,
+                        "the sequence does not run with the budget set for it"
+                    );
+                }
             }
             _ => {
                 // Plain generation: one token for a known sequence.

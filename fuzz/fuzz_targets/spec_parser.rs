@@ -11,8 +11,8 @@
 
 use std::ffi::{c_char, CString};
 
-use beaconkv::testing::config::{flag_for_key, ConfigError, Params, KEYS};
 use beaconkv::ffi::*;
+use beaconkv::testing::config::{flag_for_key, ConfigError, Params, KEYS};
 use libfuzzer_sys::fuzz_target;
 
 fn check_error(e: &ConfigError, spec: &str) {

@@ -190,6 +190,9 @@ impl SeqArchive {
 
     /// Forget positions `lo <= pos < hi` (the host removed them).
     pub fn remove_range(&mut self, layout: &Layout, lo: i32, hi: i32) {
+        if hi <= lo {
+            return; // empty: a reversed page range would panic below
+        }
         let ids: Vec<i32> = self
             .pages
             .range(layout.page_of(lo)..=layout.page_of(hi.saturating_sub(1)))
@@ -207,6 +210,24 @@ impl SeqArchive {
                 self.take(layout, id, &gone, &mut sink);
             }
         }
+    }
+
+    /// Forget the archived positions among `held`, the positions the sequence's cells have now
+    /// (a host copy, `seq_cp`, can give a sequence cells at positions it had archived): recalling
+    /// one would place a second cell at a position the sequence holds. Returns how many.
+    pub fn forget_held(&mut self, layout: &Layout, held: &[i32]) -> usize {
+        if self.n_cells == 0 {
+            return 0;
+        }
+        let stale: Vec<i32> = held
+            .iter()
+            .copied()
+            .filter(|&p| self.contains(layout, p))
+            .collect();
+        for &p in &stale {
+            self.remove_range(layout, p, p + 1);
+        }
+        stale.len()
     }
 
     /// Drop the lowest-scoring pages (ties: the oldest) until at most `max_cells` remain.

@@ -159,6 +159,28 @@ fn cap_drops_lowest_pages_and_range_removal_forgets() {
 }
 
 #[test]
+fn positions_held_again_leave_the_archive() {
+    let l = layout(ArchiveType::Same);
+    let mut a = fill(&l, &[1, 2, 7, 40]);
+    assert_eq!(a.forget_held(&l, &[0, 2, 3, 40, 41]), 2);
+    assert_eq!(a.n_cells(), 2);
+    assert!(a.contains(&l, 1) && a.contains(&l, 7));
+    assert!(!a.contains(&l, 2) && !a.contains(&l, 40));
+    assert_eq!(a.forget_held(&l, &[5, 6]), 0);
+}
+
+#[test]
+fn an_empty_or_reversed_range_removes_nothing() {
+    // a host may remove [p0, p1) with p1 <= p0 (llama.cpp's seq_rm then removes nothing)
+    let l = layout(ArchiveType::Same);
+    let mut a = fill(&l, &[1, 2, 7, 40]);
+    a.remove_range(&l, 30, 5);
+    a.remove_range(&l, 7, 7);
+    assert_eq!(a.n_cells(), 4);
+    assert!(a.contains(&l, 7) && a.contains(&l, 40));
+}
+
+#[test]
 fn save_load_round_trip() {
     let l = layout(ArchiveType::Q8_0);
     let a = fill(&l, &[1, 2, 7, 40]);

@@ -117,12 +117,15 @@ impl Engine {
     /// bounds under the recent queries, up to `budget / 4` cells. Fills the scratch's
     /// candidates (keys dequantised per layer) and returns their number.
     pub(super) fn pick_candidates(&mut self, seq: i32, stream: u32, n: usize) -> usize {
+        // a quarter of the budget the sequence runs with (its own, e.g. one request's)
+        let budget = self.limits(seq).budget;
         let params = &self.params;
         let (Some(layout), Some(state)) = (self.archive.as_ref(), self.seqs.get_mut(&seq)) else {
             return 0;
         };
         let sc = &mut self.scratch.arch;
         let (pos, cells) = (&self.scratch.pos[..n], &self.scratch.cells[..n]);
+        state.archive.forget_held(layout, pos);
         let ctx = state
             .score_ctx(&self.layers.descs, stream, pos, params.seed)
             .with_cells(cells, pos)
@@ -133,7 +136,7 @@ impl Engine {
         if !rank_pages(probe, &ctx, layout, &state.archive, sc) {
             return 0;
         }
-        let limit = (params.budget / 4).max(layout.page);
+        let limit = (budget / 4).max(layout.page);
         let mut n_cand = 0;
         let mut chosen = std::mem::take(&mut sc.page_ids);
         chosen.clear();

@@ -165,6 +165,9 @@ impl Engine {
     pub fn seq_removed(&mut self, seq: i32, p0: i32, p1: i32) {
         let lo = p0.max(0);
         let hi = if p1 < 0 { i32::MAX } else { p1 };
+        if hi <= lo {
+            return; // the host removed nothing (llama.cpp's seq_rm with p1 <= p0)
+        }
         if lo == 0 && hi == i32::MAX {
             if seq < 0 {
                 self.seqs.clear();

@@ -128,6 +128,7 @@ impl Engine {
         }
         let n = n as usize;
         let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
+        state.archive.forget_held(layout, pos);
         // between passes the scoring position follows the largest position seen only
         let ctx = state.score_ctx(&self.layers.descs, stream, &[], params.seed);
         // 1. where the sequence reads from now: the holes after it, or when nothing the cache
@@ -172,6 +173,10 @@ impl Engine {
                 continue;
             }
             if let Ok(i) = pos.binary_search(&p) {
+                // a position listed twice (two cells there after a host's seq_cp) makes room once
+                if scratch.evict_cells.contains(&cells[i]) {
+                    continue;
+                }
                 scratch.evict_cells.push(cells[i]);
                 state.marks.evicted([p]);
                 sc.ev_pos.push(p);

@@ -53,6 +53,10 @@ def test_long_completion_stays_within_budget_tiny(server, tiny):
     assert status == 200
     assert f"budget={BUDGET}" in props["kv_compress"]["spec"]
     assert props["kv_compress"]["cells_physical"] == m["kv_cells_physical"]
+    # the slot logs it when it is released, just after the response is sent
+    deadline = time.time() + 10
+    while '"cells_peak":' not in s.log() and time.time() < deadline:
+        time.sleep(0.1)
     assert '"cells_peak":' in s.log(), "no per-slot compression log line at the end of the request"
 
 
@@ -248,6 +252,65 @@ def test_all_slots_drafting_at_once_fit_the_batch(server, tiny):
         assert status == 200, f"request {i}: HTTP {status}: {res}"
         assert res["tokens_predicted"] == n
         assert res["timings"].get("draft_n", 0) > 0, f"request {i}: no draft was verified"
+
+
+def test_a_short_prompt_is_not_starved_by_long_ones_on_earlier_slots(server, tiny):
+    """Compression lowers the batch to one ubatch (32 tokens at this budget). Prompts fill it slot by slot;
+    in upstream's fixed order, slots 0 and 1 processing long prompts took every batch and slot 2's short
+    prompt waited for both (under steady traffic on the first slots: without bound). The order rotates
+    now, so the short prompt is done long before the long ones."""
+    s = server(tiny, "-c", "12288", "-np", "3", "-t", "1", "--kv-compress", "beacon", "--kv-budget", "256")
+    done = {}
+
+    def run(slot, prompt):
+        res = s.complete(prompt, 1, id_slot=slot, cache_prompt=False)
+        done[slot] = (time.time(), res["timings"]["prompt_n"])
+
+    long_runs = [threading.Thread(target=run, args=(i, words(2700, seed=i))) for i in (0, 1)]
+    for t in long_runs:
+        t.start()
+    deadline = time.time() + 30
+    while not (s.slot(0)["is_processing"] and s.slot(1)["is_processing"]):
+        assert time.time() < deadline and not done, "the long prompts did not start together"
+        time.sleep(0.005)
+    run(2, words(200, seed=2))
+    for t in long_runs:
+        t.join(timeout=300)
+    assert sorted(done) == [0, 1, 2]
+    assert done[0][1] >= 2700 and done[1][1] >= 2700, done  # the long prompts were processed, not cached
+    assert done[2][0] < min(done[0][0], done[1][0]), f"the short prompt finished after the long ones: {done}"
+
+
+def test_a_request_pinned_to_a_busy_slot_leaves_its_work_alone(server, tiny):
+    """A request for a busy slot (`id_slot`) waits for it. Upstream's slot selection first ran the RAM prompt
+    cache's swap on that slot (save its prompt, load the cached prompt closest to the waiting request),
+    replacing the running request's tokens and cells: a running generation continued from the wrong
+    context, a prompt being processed was left longer than the request's own and the slot never finished
+    (with compression, prompts take many small batches, so this window is wide)."""
+    s = server(tiny, "-c", "8192", "-np", "2", "-t", "1", "--cache-ram", "64",
+               "--kv-compress", "beacon", "--kv-budget", "256")
+    cached, other = words(300, seed=21), words(300, seed=22)
+    s.complete(cached, 8, id_slot=0)
+    s.complete(other, 8, id_slot=0)  # slot 0's previous prompt goes to the RAM cache
+    long_prompt = words(2500, seed=23)
+    want = s.complete(long_prompt, 600, id_slot=1, cache_prompt=False)["content"]
+
+    got = {}
+    runner = threading.Thread(target=lambda: got.update(
+        res=s.complete(long_prompt, 600, id_slot=0, cache_prompt=False)))
+    runner.start()
+    deadline = time.time() + 30
+    while not s.slot(0)["is_processing"]:
+        assert time.time() < deadline, "the long request did not start"
+        time.sleep(0.005)
+    # a request for the cached prompt, pinned to the busy slot, while it processes its prompt and generates
+    waiting = threading.Thread(target=lambda: got.update(waiting=s.complete(cached, 8, id_slot=0)))
+    waiting.start()
+    runner.join(timeout=120)
+    waiting.join(timeout=120)
+    assert "res" in got, f"the running request never finished:\n{s.log()[-2000:]}"
+    assert got["res"]["content"] == want, "the running request's text changed when another request waited for its slot"
+    assert "waiting" in got, "the waiting request never ran"
 
 
 def test_speculative_draft_model_with_compression(server, tiny):

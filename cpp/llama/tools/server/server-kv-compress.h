@@ -49,6 +49,22 @@ inline int32_t server_kv_compress_reuse_point(llama_context * ctx, llama_seq_id 
     return keep < evaluated_from ? keep : n_past;
 }
 
+// the slots in the order their prompts fill the next batch. With compression the batch is one ubatch (n_batch is
+// lowered to n_ubatch, common_kv_compress_adjust), often 32 or 64 tokens, so upstream's fixed order lets the first
+// slots' prompts take every batch while new requests keep arriving there, and a later slot's prompt waits without
+// bound. The order rotates by one slot per batch instead, so every prompt gets the whole batch at least once in
+// n_slots batches. Without compression, upstream's order
+template <typename Slot> std::vector<Slot *> server_kv_compress_prompt_order(llama_context * ctx, std::vector<Slot> & slots) {
+    static size_t next_first = 0; // one server context per process
+    std::vector<Slot *> order;
+    order.reserve(slots.size());
+    const size_t first = (common_kv_compress_get(ctx) && !slots.empty()) ? next_first++ % slots.size() : 0;
+    for (size_t i = 0; i < slots.size(); ++i) {
+        order.push_back(&slots[(first + i) % slots.size()]);
+    }
+    return order;
+}
+
 // a request's own KV compression: `kv_budget` (cells) and `kv_compress` (a policy name) of a completion request,
 // checked against the server's settings (props: server_kv_compress_props, null when compression is off). Throws
 // std::invalid_argument (HTTP 400) naming the field and the allowed range or values. budget 0 / policy -1 when the
