@@ -366,16 +366,18 @@ fn reason_quick_run_with_fake_eval() {
     // the fake works every turn out from its wording: the full cache and beacon get all three
     // turns right, the others all but the last; 3 turns of 12 tokens are under 4 x 64
     assert!(
-        stdout.contains("| none (full cache) | 100% [34–100] (2/2), turns 100%, 36 tok |"),
+        stdout.contains(
+            "| none (full cache) | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok |"
+        ),
         "{stdout}"
     );
     assert!(
-        stdout.contains("| beacon | 100% [34–100] (2/2), turns 100%, 36 tok * |"),
+        stdout.contains("| beacon | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok * |"),
         "{stdout}"
     );
     assert!(
         stdout.contains(
-            "| rkv | 0% [0–66] (0/2), turns 67%, 36 tok * | 0% [0–66] (0/2), turns 67%, 36 tok * |"
+            "| rkv | 0% [0–66] (0/2), turns 67% [30–90] (4/6), 36 tok * | 0% [0–66] (0/2), turns 67% [30–90] (4/6), 36 tok * |"
         ),
         "{stdout}"
     );
@@ -431,7 +433,7 @@ fn reason_resumes_after_a_failure_and_refuses_other_settings() {
         .collect();
     assert_eq!((rows.len(), keys.len()), (9, 9));
     assert!(
-        stdout.contains("| recent | 0% [0–56] (0/3), turns 67%, 36 tok * |"),
+        stdout.contains("| recent | 0% [0–56] (0/3), turns 67% [35–88] (6/9), 36 tok * |"),
         "{stdout}"
     );
     // nothing left: a third run only writes the tables

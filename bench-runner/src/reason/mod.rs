@@ -50,7 +50,7 @@ pub struct ReasonCli {
     /// --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// KV budgets in cells [default: 64,96; --quick: 32,64]
+    /// KV budgets in cells [default: 256,384; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
@@ -58,11 +58,11 @@ pub struct ReasonCli {
     /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
-    /// Conversations per cell [default: 40; --quick: 2]
+    /// Conversations per cell [default: 10, 140 problems at 14 turns; --quick: 2]
     #[arg(long, value_name = "N")]
     pub conversations: Option<u32>,
     /// Turns (problems) per conversation; from the third on, each starts from the answer of a turn at
-    /// least two back [default: 4; --quick: 3]
+    /// least two back [default: 14; --quick: 3]
     #[arg(long, value_name = "N")]
     pub turns: Option<u32>,
     /// Operations per problem [default: 3; --quick: 1]
@@ -73,7 +73,7 @@ pub struct ReasonCli {
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
     /// Conversations decoded together, one sequence each in one context (at most 30: a compressed
-    /// context's decode call holds 32 tokens at budgets up to 256) [default: 20; --quick: 2]
+    /// context's decode call holds 32 tokens at budgets up to 256) [default: 24; --quick: 2]
     #[arg(long, value_name = "N")]
     pub parallel: Option<u32>,
     /// Seed of the conversation generator
@@ -150,7 +150,7 @@ pub fn check_policy(p: &str) -> Result<(), String> {
 
 pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
-    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![64, 96]);
+    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![256, 384]);
     let default_policies = cli.policies.is_none();
     let policies = match cli.policies {
         Some(p) if p == ["none"] => Vec::new(),
@@ -170,11 +170,11 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     if dedup.len() != policies.len() {
         return Err("--policies: an entry is given twice".into());
     }
-    let conversations = pick(cli.conversations, quick, 2, 40);
-    let turns = pick(cli.turns, quick, 3, 4);
+    let conversations = pick(cli.conversations, quick, 2, 10);
+    let turns = pick(cli.turns, quick, 3, 14);
     let steps = pick(cli.steps, quick, 1, 3);
     let n_tokens = pick(cli.n_tokens, quick, 16, 256);
-    let parallel = pick(cli.parallel, quick, 2, 20);
+    let parallel = pick(cli.parallel, quick, 2, 24);
     for (name, v) in [
         ("--conversations", conversations),
         ("--steps", steps),

@@ -109,13 +109,9 @@ impl Report {
 
     fn entry(c: &Cell, mark: &str) -> String {
         format!(
-            " {}, turns {:.0}%, {:.0} tok{mark} |",
+            " {}, turns {}, {:.0} tok{mark} |",
             fmt_accuracy(c.k, c.n),
-            if c.turns == 0 {
-                f64::NAN
-            } else {
-                100.0 * c.turns_right as f64 / c.turns as f64
-            },
+            fmt_accuracy(c.turns_right, c.turns),
             c.mean_len()
         )
     }
@@ -149,8 +145,9 @@ impl Report {
         }
         let _ = write!(
             t,
-            "\nConversations with every turn right [Wilson 95% interval] (right/run), share of all turns \
-             right, mean tokens generated per conversation. `*`: mean length under {} x the budget, \
+            "\nConversations with every turn right [Wilson 95% interval] (right/run), turns (problems) \
+             right [Wilson 95% interval over turns; turns of one conversation are not independent, so \
+             read it as a lower bound on the spread], mean tokens generated per conversation. `*`: mean length under {} x the budget, \
              too short for the budget to be tested.\n",
             s.min_ratio
         );

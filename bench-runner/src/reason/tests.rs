@@ -339,15 +339,21 @@ fn wilson_interval() {
 #[test]
 fn options() {
     let s = settings(&[]).unwrap();
-    assert_eq!(s.budgets, vec![64, 96]);
+    assert_eq!(s.budgets, vec![256, 384]);
     assert_eq!(s.policies, DEFAULT_POLICIES.to_vec());
     assert!(s.default_policies);
     assert!(s.policies.contains(&"rkv".to_string()));
     assert_eq!(
         (s.conversations, s.n_tokens, s.parallel, s.min_ratio),
-        (40, 256, 20, 4.0)
+        (10, 256, 24, 4.0)
     );
-    assert_eq!(s.shape, Shape { turns: 4, steps: 3 });
+    assert_eq!(
+        s.shape,
+        Shape {
+            turns: 14,
+            steps: 3
+        }
+    );
     let q = settings(&["--quick"]).unwrap();
     assert_eq!(
         (
@@ -621,10 +627,10 @@ fn resume_plans_what_is_missing_in_rounds() {
     for part in [
         "model=m.gguf",
         "seed=7",
-        "turns=4",
+        "turns=14",
         "steps=3",
         "n_tokens=256",
-        "parallel=20",
+        "parallel=24",
     ] {
         assert!(f.contains(part), "{part}: {f}");
     }
@@ -657,12 +663,12 @@ fn tables_flag_short_conversations() {
     let rep = Report::new(&cells, &rows);
     let t = rep.table(&s);
     assert!(
-        t.contains("| none (full cache) | 50% [9–91] (1/2), turns 88%, 100 tok | 50% [9–91] (1/2), turns 88%, 100 tok |"),
+        t.contains("| none (full cache) | 50% [9–91] (1/2), turns 88% [53–98] (7/8), 100 tok | 50% [9–91] (1/2), turns 88% [53–98] (7/8), 100 tok |"),
         "{t}"
     );
     // 40 >= 4 x 8; 200 < 4 x 64
     assert!(
-        t.contains("| beacon | 100% [34–100] (2/2), turns 100%, 40 tok | 50% [9–91] (1/2), turns 50%, 200 tok * |"),
+        t.contains("| beacon | 100% [34–100] (2/2), turns 100% [68–100] (8/8), 40 tok | 50% [9–91] (1/2), turns 50% [22–78] (4/8), 200 tok * |"),
         "{t}"
     );
     rep.check_shape(&s).unwrap();
