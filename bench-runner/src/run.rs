@@ -134,18 +134,33 @@ pub fn shell_line(prog: &Path, args: &[String]) -> String {
 
 /// Runs the job to completion; Ok(elapsed) when the tool exits 0.
 pub fn run_eval(job: &EvalJob) -> Result<Duration, String> {
+    run_eval_lines(job, None)
+}
+
+/// A handler of the tool's stdout lines; an error stops the tool.
+pub type LineHandler<'a> = &'a mut dyn FnMut(&str) -> Result<(), String>;
+
+/// [`run_eval`], with every stdout line (also logged) handed to `on_line` as it comes, so that
+/// results the tool prints one at a time are kept even when a later one fails. An error from
+/// `on_line` stops the tool and is returned.
+pub fn run_eval_lines(job: &EvalJob, on_line: Option<LineHandler>) -> Result<Duration, String> {
     let started = Instant::now();
     let mut log =
         File::create(&job.log).map_err(|e| format!("cannot create {}: {e}", job.log.display()))?;
     let cmdline = shell_line(&job.eval, &job.args);
     let _ = writeln!(log, "$ {cmdline}");
-    let stdout_log = log
-        .try_clone()
-        .map_err(|e| format!("cannot share the log file: {e}"))?;
+    let share = |log: &File| {
+        log.try_clone()
+            .map_err(|e| format!("cannot share the log file: {e}"))
+    };
+    let stdout = match on_line {
+        Some(_) => Stdio::piped(),
+        None => Stdio::from(share(&log)?),
+    };
     let mut child = Command::new(&job.eval)
         .args(&job.args)
         .stdin(Stdio::null())
-        .stdout(Stdio::from(stdout_log))
+        .stdout(stdout)
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
@@ -167,6 +182,64 @@ pub fn run_eval(job: &EvalJob) -> Result<Duration, String> {
     bar.enable_steady_tick(Duration::from_millis(250));
 
     let stderr = child.stderr.take().expect("stderr is piped");
+    let stderr_log = share(&log)?;
+    let mut handled = Ok(());
+    std::thread::scope(|scope| {
+        let progress = scope.spawn(|| follow_stderr(stderr, stderr_log, &bar));
+        if let (Some(on_line), Some(out)) = (on_line, child.stdout.take()) {
+            let mut reader = BufReader::new(out);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        let _ = log.write_all(&buf);
+                        if !buf.ends_with(b"\n") {
+                            let _ = log.write_all(b"\n");
+                        }
+                        let line = String::from_utf8_lossy(&buf);
+                        if let Err(e) = on_line(line.trim_end()) {
+                            handled = Err(e);
+                            let _ = child.kill();
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = writeln!(log, "[beaconkv-bench] error reading stdout: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = progress.join();
+    });
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", job.eval.display()))?;
+    let _ = log.flush();
+    let elapsed = started.elapsed();
+    if let Err(e) = handled {
+        bar.abandon();
+        return Err(format!("{} (stopped beaconkv-eval: {cmdline})", e));
+    }
+    if status.success() {
+        bar.finish();
+        Ok(elapsed)
+    } else {
+        bar.abandon();
+        Err(format!(
+            "beaconkv-eval failed for {} ({status}) after {:.1} s\ncommand: {cmdline}\nlast lines of {}:\n{}",
+            job.label,
+            elapsed.as_secs_f64(),
+            job.log.display(),
+            tail_lines(&job.log, 20)
+        ))
+    }
+}
+
+/// The tool's stderr: `progress i/n` lines move the bar, every other line goes to the log.
+fn follow_stderr(stderr: impl std::io::Read, mut log: File, bar: &ProgressBar) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::new();
     loop {
@@ -195,24 +268,6 @@ pub fn run_eval(job: &EvalJob) -> Result<Duration, String> {
                 break;
             }
         }
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for {}: {e}", job.eval.display()))?;
-    let _ = log.flush();
-    let elapsed = started.elapsed();
-    if status.success() {
-        bar.finish();
-        Ok(elapsed)
-    } else {
-        bar.abandon();
-        Err(format!(
-            "beaconkv-eval failed for {} ({status}) after {:.1} s\ncommand: {cmdline}\nlast lines of {}:\n{}",
-            job.label,
-            elapsed.as_secs_f64(),
-            job.log.display(),
-            tail_lines(&job.log, 20)
-        ))
     }
 }
 
@@ -273,6 +328,51 @@ mod tests {
         };
         assert!(run_eval(&ok).is_ok());
         assert!(std::fs::read_to_string(&ok.log).unwrap().contains("out"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stdout_lines_reach_the_handler_as_they_come() {
+        let dir = std::env::temp_dir().join(format!("beaconkv-bench-lines-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let job = EvalJob {
+            eval: PathBuf::from("/bin/sh"),
+            args: vec![
+                "-c".into(),
+                "echo one; echo 'progress 1/3' >&2; echo two; echo 'note' >&2; echo three; exec sleep 5".into(),
+            ],
+            label: "lines".into(),
+            log: dir.join("lines.log"),
+        };
+        let mut seen = Vec::new();
+        let mut handler = |l: &str| {
+            seen.push(l.to_string());
+            if l == "three" {
+                Err("enough".to_string())
+            } else {
+                Ok(())
+            }
+        };
+        let t0 = Instant::now();
+        let err = run_eval_lines(&job, Some(&mut handler)).unwrap_err();
+        // the handler's error stops the tool at once (it would sleep 5 s more)
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
+        assert!(err.starts_with("enough"), "{err}");
+        assert_eq!(seen, ["one", "two", "three"]);
+        let log = std::fs::read_to_string(&job.log).unwrap();
+        assert!(log.contains("one\n") && log.contains("note\n"), "{log}");
+        assert!(!log.lines().any(|l| l == "progress 1/3"), "{log}");
+        let mut n = 0;
+        let ok = EvalJob {
+            args: vec!["-c".into(), "echo a; echo b".into()],
+            ..job
+        };
+        let mut count = |_: &str| {
+            n += 1;
+            Ok(())
+        };
+        assert!(run_eval_lines(&ok, Some(&mut count)).is_ok());
+        assert_eq!(n, 2);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

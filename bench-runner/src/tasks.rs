@@ -121,8 +121,8 @@ impl Rng {
     }
 }
 
-/// FNV-1a, for a stable per-document seed.
-fn fnv(s: &str) -> u64 {
+/// FNV-1a, for a stable per-document seed (and the reason bench's session digests).
+pub fn fnv(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     })

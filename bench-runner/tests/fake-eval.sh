@@ -2,7 +2,8 @@
 # A stand-in for beaconkv-eval (cpp/beaconkv-eval.cpp) for beaconkv-bench's tests: same options,
 # progress lines on stderr, made-up numbers in the same JSON shapes (written the same way: bare
 # `nan`/`inf` and raw control characters in strings are possible).
-# FAKE_EVAL_FAIL=MODE makes that mode fail like the real tool does.
+# FAKE_EVAL_FAIL=MODE makes that mode fail like the real tool does (reason: after its first
+# conversation's line).
 set -euo pipefail
 
 mode=agree configs="beacon:256" out="" lengths="1024,2048" depths="0.1,0.5,0.9" length=2048 text=""
@@ -27,8 +28,26 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+# budget_of CONFIG: the number after ':' (0 for none)
+budget_of() { local b="${1%%/*}"; b="${b#*:}"; [[ "$b" =~ ^[0-9]+$ ]] && echo "$b" || echo 0; }
+policy_of() { local p="${1%%/*}"; echo "${p%%:*}"; }
+
+if [ "$mode" = configs ]; then
+    # no model: check the policy names, print each config and a spec
+    IFS=',' read -r -a cfgs <<< "$configs"
+    for c in "${cfgs[@]}"; do
+        p=$(policy_of "$c")
+        case "${p%+archive}" in
+            none | beacon | recent | streaming | random | rkv) ;;
+            *) echo "error: unknown policy '$p' in '$c'" >&2; exit 1 ;;
+        esac
+        printf '%s\tpolicy=%s,budget=%s\n' "$c" "${p%+archive}" "$(budget_of "$c")"
+    done
+    exit 0
+fi
+
 echo "llama_model_loader: loaded meta data (fake)" >&2
-if [ "${FAKE_EVAL_FAIL:-}" = "$mode" ]; then
+if [ "${FAKE_EVAL_FAIL:-}" = "$mode" ] && [ "$mode" != reason ]; then
     echo "error: llama_decode returned -1 for 'beacon:32'" >&2
     exit 1
 fi
@@ -40,10 +59,6 @@ fi
 IFS=',' read -r -a cfgs <<< "$configs"
 IFS=',' read -r -a lens <<< "$lengths"
 IFS=',' read -r -a deps <<< "$depths"
-
-# budget_of CONFIG: the number after ':' (0 for none)
-budget_of() { local b="${1%%/*}"; b="${b#*:}"; [[ "$b" =~ ^[0-9]+$ ]] && echo "$b" || echo 0; }
-policy_of() { local p="${1%%/*}"; echo "${p%%:*}"; }
 
 json="{\"mode\": \"$mode\", "
 case "$mode" in
@@ -159,8 +174,52 @@ case "$mode" in
         echo "progress 1/1" >&2
         json+="]}"
         ;;
+    reason)
+        # Multi-turn conversations ({"id", "system", "turns": [...]} per line): every turn's answer is
+        # worked out from its wording ("has N", "as your answer to Problem j", "Then it ... N more"
+        # adds, "Then it ... N" takes away). The full cache and beacon answer every turn right, the
+        # others all but the last; a turn generates min(--n-tokens, 12) tokens. One JSON line per
+        # conversation on stdout as it finishes.
+        json+="\"runs\": [], \"results\": ["; sep=""; done_n=0
+        total=$(( $(grep -c . "$tasks") * ${#cfgs[@]} ))
+        n_gen=$(( n_tokens < 12 ? n_tokens : 12 ))
+        for c in "${cfgs[@]}"; do
+            p=$(policy_of "$c"); b=$(budget_of "$c")
+            while IFS= read -r line; do
+                id=$(grep -o '"id":"[^"]*"' <<< "$line" | head -1 | cut -d'"' -f4)
+                mapfile -t texts < <(grep -oE '"Problem [0-9]+: [^"]*"' <<< "$line")
+                answers=(); turns=""; tsep=""
+                for k in "${!texts[@]}"; do
+                    t="${texts[$k]}"
+                    if [[ "$t" =~ "as your answer to Problem "([0-9]+) ]]; then
+                        v=${answers[$((BASH_REMATCH[1] - 1))]}
+                    else
+                        [[ "$t" =~ " has "([0-9]+)" " ]] && v=${BASH_REMATCH[1]}
+                    fi
+                    while IFS= read -r op; do
+                        [ -z "$op" ] && continue
+                        n=$(grep -oE '[0-9]+' <<< "$op")
+                        if [[ "$op" == *" more" ]]; then v=$((v + n)); else v=$((v - n)); fi
+                    done < <(grep -oE 'Then it [a-z ]+ [0-9]+( more)?' <<< "$t")
+                    answers+=("$v")
+                    given=$v
+                    { [ "$p" != none ] && [ "$p" != beacon ] && [ $((k + 1)) = ${#texts[@]} ]; } && given=$((v + 1))
+                    turns+="$tsep{\"n_prompt\": 30, \"n_gen\": $n_gen, \"stopped\": true, \"output\": \"so it has $given now.\\nAnswer: $given\"}"; tsep=", "
+                done
+                line_out="{\"id\": \"$id\", \"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"turns\": [$turns], \"n_prompt\": $((30 * ${#texts[@]})), \"n_gen\": $((n_gen * ${#texts[@]})), \"cells_peak\": $((b > 0 ? b : (30 + n_gen) * ${#texts[@]})), \"prefix_len\": 20, \"evicted\": $((b > 0 ? 7 : 0)), \"compress_events\": 2, \"recalled\": 0, \"seconds\": 0.5}"
+                printf '%s\n' "$line_out"
+                json+="$sep$line_out"; sep=", "
+                done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2
+                if [ "${FAKE_EVAL_FAIL:-}" = reason ]; then
+                    echo "error: llama_decode returned -1 for '$c'" >&2
+                    exit 1
+                fi
+            done < "$tasks"
+        done
+        json+="]}"
+        ;;
     *)
-        echo "error: --mode must be agree, revisit, passkey, speed, count, task or trace (got '$mode')" >&2
+        echo "error: --mode must be agree, revisit, passkey, speed, count, task, trace, reason or configs (got '$mode')" >&2
         exit 1
         ;;
 esac

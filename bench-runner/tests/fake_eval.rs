@@ -311,3 +311,161 @@ fn tasks_fill_the_time_budget() {
     assert!(out.join("task-1-niah-160.json").is_file());
     std::fs::remove_dir_all(&out).unwrap();
 }
+
+fn reason(out: &Path, args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_beaconkv-bench"));
+    cmd.args(["reason", "-m", "/dev/null", "--eval"])
+        .arg(fake_eval())
+        .arg("--out")
+        .arg(out)
+        .args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("run beaconkv-bench reason");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn result_lines(out: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(out.join("results.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn reason_quick_run_with_fake_eval() {
+    let out = tmpdir("reason-quick");
+    let (ok, stdout, stderr) = reason(&out, &["--quick"], &[]);
+    assert!(
+        ok,
+        "bench reason failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    for f in [
+        "summary.md",
+        "accuracy.csv",
+        "conversations.jsonl",
+        "results.jsonl",
+        "accuracy.png",
+        "length.png",
+    ] {
+        assert!(non_empty(&out.join(f)), "{f} missing or empty");
+    }
+    assert!(
+        stderr.contains("resume check: rerunning conversation 1"),
+        "{stderr}"
+    );
+    // 2 conversations x (the full cache + 7 policies x 2 budgets), each once after the resume check
+    let rows = result_lines(&out);
+    assert_eq!(rows.len(), 2 * 15);
+    // the fake works every turn out from its wording: the full cache and beacon get all three
+    // turns right, the others all but the last; 3 turns of 12 tokens are under 4 x 64
+    assert!(
+        stdout.contains(
+            "| none (full cache) | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok |"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("| beacon | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok * |"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "| rkv | 0% [0–66] (0/2), turns 67% [30–90] (4/6), 36 tok * | 0% [0–66] (0/2), turns 67% [30–90] (4/6), 36 tok * |"
+        ),
+        "{stdout}"
+    );
+    let csv = std::fs::read_to_string(out.join("accuracy.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 15, "{csv}");
+    assert!(csv.contains("\nrecent,64,0,2,0.0000,"), "{csv}");
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    assert!(summary.contains("## Per cell"), "{summary}");
+    std::fs::remove_dir_all(&out).unwrap();
+}
+
+#[test]
+fn reason_resumes_after_a_failure_and_refuses_other_settings() {
+    let out = tmpdir("reason-resume");
+    let args = [
+        "--conversations",
+        "3",
+        "--turns",
+        "3",
+        "--steps",
+        "1",
+        "--n-tokens",
+        "16",
+        "--parallel",
+        "2",
+        "--budgets",
+        "64",
+        "--policies",
+        "beacon,recent",
+    ];
+    // the tool dies after its first conversation: that one is kept
+    let (ok, _, stderr) = reason(&out, &args, &[("FAKE_EVAL_FAIL", "reason")]);
+    assert!(!ok);
+    assert!(stderr.contains("llama_decode returned -1"), "{stderr}");
+    let rows = result_lines(&out);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0]["conversation"].as_str(), rows[0]["policy"].as_str()),
+        (Some("conversation-0"), Some("none"))
+    );
+    assert_eq!(rows[0]["correct"], true);
+    // the rerun does the other 8 (conversation, cell) pairs, once each
+    let (ok, stdout, stderr) = reason(&out, &args, &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("1 conversations done, 8 to run"),
+        "{stderr}"
+    );
+    let rows = result_lines(&out);
+    let keys: std::collections::BTreeSet<String> = rows
+        .iter()
+        .map(|r| format!("{} {} {}", r["conversation"], r["policy"], r["budget"]))
+        .collect();
+    assert_eq!((rows.len(), keys.len()), (9, 9));
+    assert!(
+        stdout.contains("| recent | 0% [0–56] (0/3), turns 67% [35–88] (6/9), 36 tok * |"),
+        "{stdout}"
+    );
+    // nothing left: a third run only writes the tables
+    let (ok, _, stderr) = reason(&out, &args, &[]);
+    assert!(
+        ok && stderr.contains("9 conversations done, 0 to run"),
+        "{stderr}"
+    );
+    assert_eq!(result_lines(&out).len(), 9);
+    // more conversations: only the new one runs, in every cell
+    let mut more = args.to_vec();
+    more[1] = "4";
+    let (ok, _, stderr) = reason(&out, &more, &[]);
+    assert!(
+        ok && stderr.contains("9 conversations done, 3 to run"),
+        "{stderr}"
+    );
+    assert_eq!(result_lines(&out).len(), 12);
+    // answers of other settings in the folder are refused, and nothing is run
+    let mut other = args.to_vec();
+    other[7] = "20";
+    let (ok, _, stderr) = reason(&out, &other, &[]);
+    assert!(
+        !ok && stderr.contains("answers of other settings"),
+        "{stderr}"
+    );
+    assert_eq!(result_lines(&out).len(), 12);
+    // a policy the tool does not know, given by name, is an error
+    let (ok, _, stderr) = reason(&out, &["--policies", "bogus"], &[]);
+    assert!(
+        !ok && stderr.contains("'bogus' is not accepted"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -1,14 +1,13 @@
-//! The run: the problems, one `beaconkv-eval --mode reason` per (problem, config) still missing
-//! from `results.jsonl`, each answer checked and appended at once, then the tables and plots.
+//! The run: the conversations, then per round and cell one `beaconkv-eval --mode reason` over the
+//! conversations still missing from `results.jsonl`; each conversation the tool prints is checked and
+//! appended at once. Then the tables and plots.
 
-use super::problems::{self, Kind, Problem};
+use super::problems::{self, Conversation};
 use super::report;
 use super::{cells, config_of, resolve, ReasonCli, ReasonSettings};
 use crate::args::{out_dir, unix_now, write_file};
-use crate::results::sanitize_json;
-use crate::run::{run_eval, EvalJob};
+use crate::run::{run_eval, run_eval_lines, EvalJob};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::BTreeSet;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -17,72 +16,89 @@ use std::time::Instant;
 /// The resume file in the output folder.
 pub const RESULTS_FILE: &str = "results.jsonl";
 
-/// One row of `beaconkv-eval --mode reason`.
+/// One turn of a conversation line of `beaconkv-eval --mode reason`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct EvalReasonRow {
-    pub id: String,
-    pub config: String,
+pub struct EvalTurn {
     pub n_prompt: u64,
     pub n_gen: u64,
     pub stopped: bool,
     pub output: String,
+}
+
+/// One conversation line of `beaconkv-eval --mode reason` (stdout).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct EvalConversation {
+    pub id: String,
+    pub config: String,
+    pub turns: Vec<EvalTurn>,
+    pub n_prompt: u64,
+    pub n_gen: u64,
     pub cells_peak: i64,
+    pub prefix_len: i64,
     pub evicted: u64,
     pub compress_events: u64,
     pub recalled: u64,
-    pub plugin_ms: f64,
-    pub prefill_ms: f64,
-    pub gen_ms: f64,
+    pub seconds: f64,
 }
 
-/// One checked answer: a line of `results.jsonl`.
+/// One checked conversation in one cell: a line of `results.jsonl`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Row {
-    /// What the answer depends on besides the cell ([`fingerprint`]); a folder holds one.
+    /// What the answers depend on besides the cell ([`fingerprint`]); a folder holds one.
     pub settings: String,
-    pub problem: String,
+    pub conversation: String,
     pub index: u32,
-    pub kind: Kind,
+    /// [`Conversation::digest`] of the conversation answered.
+    pub digest: String,
     /// The policy entry as given ("none" for the full cache).
     pub policy: String,
     /// 0 for the full cache.
     pub budget: u32,
     pub config: String,
+    /// Every turn right.
     pub correct: bool,
-    pub parts_right: u32,
-    pub parts: u32,
+    pub turns_right: u32,
+    pub turns: u32,
+    pub final_right: bool,
     pub expected: Vec<i64>,
     pub given: Vec<Option<i64>>,
+    /// Per turn, the earlier turn (1-based) its problem starts from.
+    pub from: Vec<Option<u32>>,
+    /// Prompt tokens of the whole conversation (every turn's template and problem).
     pub n_prompt: u64,
+    /// Tokens generated in the whole conversation.
     pub n_gen: u64,
-    pub stopped: bool,
+    pub turn_gen: Vec<u64>,
+    /// Turns cut at --n-tokens.
+    pub cut: u32,
     pub cells_peak: i64,
+    /// Cells the policy protected as the prompt's prefix.
+    pub prefix_len: i64,
     pub evicted: u64,
     pub compress_events: u64,
     pub recalled: u64,
-    pub plugin_ms: f64,
-    pub prefill_ms: f64,
-    pub gen_ms: f64,
-    /// Wall time of the tool's run (model loading included).
+    /// From the conversation's first prompt token to its last answer (other conversations decoded
+    /// alongside).
     pub seconds: f64,
-    pub output: String,
+    pub outputs: Vec<String>,
 }
 
-/// What an answer depends on besides its problem index and cell: the model file, the generator,
-/// generation length, prompt chunking, extra keys and flags.
+/// What an answer depends on besides its conversation index and cell: the model file, the
+/// generator, the generation cap, prompt chunking, the conversations decoded together (they change
+/// the rounding), extra keys and flags.
 pub fn fingerprint(s: &ReasonSettings, model: &Path) -> String {
     let name = model
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     format!(
-        "model={name} seed={} single_steps={} steps={} parts={} n_tokens={} chunk={} extra={} llama={}",
+        "model={name} seed={} turns={} steps={} n_tokens={} chunk={} parallel={} extra={} llama={}",
         s.seed,
-        s.shape.single_steps,
+        s.shape.turns,
         s.shape.steps,
-        s.shape.parts,
         s.n_tokens,
         s.chunk,
+        s.parallel,
         s.run.extra,
         s.run.llama_args.join(" ")
     )
@@ -134,36 +150,67 @@ pub fn append_row(path: &Path, row: &Row) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
-/// The (problem index, cell index) pairs not answered yet, problem by problem (so that a run cut
-/// short leaves every cell with about the same count). Rows of other settings are an error.
-pub fn pending(
-    problems: &[Problem],
+/// One invocation of the tool: a cell and the conversations it still lacks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Job {
+    pub cell: usize,
+    pub conversations: Vec<usize>,
+}
+
+/// The jobs still to run. Conversations go in rounds of `round`: every cell gets a round's missing
+/// conversations before the next round starts, so that a run cut short leaves every cell with about
+/// the same count. Rows of other settings, or of a conversation now generated differently, are an
+/// error.
+pub fn plan(
+    conversations: &[Conversation],
     cells: &[(String, u32)],
     rows: &[Row],
     settings: &str,
-) -> Result<Vec<(usize, usize)>, String> {
+    round: usize,
+) -> Result<Vec<Job>, String> {
     if let Some(r) = rows.iter().find(|r| r.settings != settings) {
         return Err(format!(
             "the output folder holds answers of other settings ({}; now {settings}): pass another --out",
             r.settings
         ));
     }
+    if let Some(r) = rows.iter().find(|r| {
+        conversations
+            .get(r.index as usize)
+            .is_some_and(|p| p.id != r.conversation || p.digest() != r.digest)
+    }) {
+        return Err(format!(
+            "the output folder holds answers to another wording of {} (this version of the \
+             generator words it differently): pass another --out",
+            r.conversation
+        ));
+    }
     let done: BTreeSet<(&str, &str, u32)> = rows
         .iter()
-        .map(|r| (r.problem.as_str(), r.policy.as_str(), r.budget))
+        .map(|r| (r.conversation.as_str(), r.policy.as_str(), r.budget))
         .collect();
-    let mut out = Vec::new();
-    for (pi, p) in problems.iter().enumerate() {
+    let mut jobs = Vec::new();
+    let round = round.max(1);
+    for start in (0..conversations.len()).step_by(round) {
+        let end = (start + round).min(conversations.len());
         for (ci, (policy, budget)) in cells.iter().enumerate() {
-            if !done.contains(&(p.id.as_str(), policy.as_str(), *budget)) {
-                out.push((pi, ci));
+            let missing: Vec<usize> = (start..end)
+                .filter(|&i| {
+                    !done.contains(&(conversations[i].id.as_str(), policy.as_str(), *budget))
+                })
+                .collect();
+            if !missing.is_empty() {
+                jobs.push(Job {
+                    cell: ci,
+                    conversations: missing,
+                });
             }
         }
     }
-    Ok(out)
+    Ok(jobs)
 }
 
-/// The tool's arguments for one problem file and one config.
+/// The tool's arguments for one conversations file and one config.
 pub fn eval_args(
     s: &ReasonSettings,
     model: &Path,
@@ -184,6 +231,8 @@ pub fn eval_args(
         &s.n_tokens.to_string(),
         "--chunk",
         &s.chunk.to_string(),
+        "-np",
+        &s.parallel.to_string(),
         "-m",
         &model.display().to_string(),
         "-t",
@@ -196,189 +245,304 @@ pub fn eval_args(
     a
 }
 
-/// Runs one problem with one cell's config and checks the answer.
-fn answer(
+/// A conversation line of the tool checked against its conversation: a row.
+pub fn check_row(
     s: &ReasonSettings,
-    model: &Path,
     settings: &str,
-    work: &Path,
-    p: &Problem,
+    conversation: &Conversation,
     index: u32,
     (policy, budget): &(String, u32),
+    e: &EvalConversation,
 ) -> Result<Row, String> {
     let config = config_of(policy, *budget, &s.run.extra);
-    let input = work.join("problem.jsonl");
-    write_file(&input, &format!("{}\n", p.to_jsonl()))?;
-    let json = work.join("eval.json");
-    let _ = std::fs::remove_file(&json);
-    let job = EvalJob {
-        eval: s.run.eval.clone(),
-        args: eval_args(s, model, &config, &input, &json),
-        label: format!("{} {config}", p.id),
-        log: work.join("eval.log"),
-    };
-    let elapsed = run_eval(&job)?;
-    let bytes = std::fs::read(&json)
-        .map_err(|e| format!("beaconkv-eval wrote no {}: {e}", json.display()))?;
-    let v: Value = serde_json::from_str(&sanitize_json(&bytes))
-        .map_err(|e| format!("{}: invalid JSON: {e}", json.display()))?;
-    if v.get("mode").and_then(Value::as_str) != Some("reason") {
-        return Err(format!("{}: not a reason result", json.display()));
-    }
-    let rows: Vec<EvalReasonRow> =
-        serde_json::from_value(v.get("results").cloned().unwrap_or(Value::Null))
-            .map_err(|e| format!("unexpected reason result: {e}"))?;
-    let [e] = rows.as_slice() else {
+    if e.id != conversation.id || e.config != config {
         return Err(format!(
-            "{}: {} rows, expected 1",
-            json.display(),
-            rows.len()
+            "beaconkv-eval answered {} {}, expected {} {config}",
+            e.id, e.config, conversation.id
         ));
-    };
-    if e.id != p.id || e.config != config {
+    }
+    if e.turns.len() != conversation.turns.len() {
         return Err(format!(
-            "{}: a row for {} {}, expected {} {config}",
-            json.display(),
+            "{} {config}: {} turns answered, expected {}",
             e.id,
-            e.config,
-            p.id
+            e.turns.len(),
+            conversation.turns.len()
         ));
     }
-    if e.n_gen > s.n_tokens as u64 || (e.n_gen == 0 && !e.stopped) {
+    if let Some((k, t)) = e
+        .turns
+        .iter()
+        .enumerate()
+        .find(|(_, t)| t.n_gen > s.n_tokens as u64 || (t.n_gen == 0 && !t.stopped))
+    {
         return Err(format!(
-            "{} {config}: {} tokens generated, expected 1..={} (or an end-of-generation token)",
-            p.id, e.n_gen, s.n_tokens
+            "{} {config} turn {}: {} tokens generated, expected 1..={} (or an end-of-generation token)",
+            e.id,
+            k + 1,
+            t.n_gen,
+            s.n_tokens
         ));
     }
-    let c = problems::check(p, &e.output);
+    let outputs: Vec<String> = e.turns.iter().map(|t| t.output.clone()).collect();
+    let c = problems::check(conversation, &outputs);
     Ok(Row {
         settings: settings.to_string(),
-        problem: p.id.clone(),
+        conversation: conversation.id.clone(),
         index,
-        kind: p.kind,
+        digest: conversation.digest(),
         policy: policy.clone(),
         budget: *budget,
         config,
         correct: c.correct,
-        parts_right: c.parts_right,
-        parts: c.parts,
-        expected: p.answers(),
+        turns_right: c.turns_right,
+        turns: c.turns,
+        final_right: c.final_right,
+        expected: conversation.answers(),
         given: c.given,
+        from: conversation
+            .turns
+            .iter()
+            .map(|t| t.from.map(|j| j as u32))
+            .collect(),
         n_prompt: e.n_prompt,
         n_gen: e.n_gen,
-        stopped: e.stopped,
+        turn_gen: e.turns.iter().map(|t| t.n_gen).collect(),
+        cut: e.turns.iter().filter(|t| !t.stopped).count() as u32,
         cells_peak: e.cells_peak,
+        prefix_len: e.prefix_len,
         evicted: e.evicted,
         compress_events: e.compress_events,
         recalled: e.recalled,
-        plugin_ms: e.plugin_ms,
-        prefill_ms: e.prefill_ms,
-        gen_ms: e.gen_ms,
-        seconds: elapsed.as_secs_f64(),
-        output: e.output.clone(),
+        seconds: e.seconds,
+        outputs,
     })
 }
 
-/// Answers every pending pair, appending each row; returns how many ran.
-#[allow(clippy::too_many_arguments)]
-fn run_pending(
-    s: &ReasonSettings,
-    model: &Path,
-    settings: &str,
-    work: &Path,
-    results: &Path,
-    problems: &[Problem],
-    cells: &[(String, u32)],
-    todo: &[(usize, usize)],
-) -> Result<usize, String> {
-    let started = Instant::now();
-    for (i, &(pi, ci)) in todo.iter().enumerate() {
-        let row = answer(
-            s,
-            model,
-            settings,
-            work,
-            &problems[pi],
-            pi as u32,
-            &cells[ci],
-        )?;
-        append_row(results, &row)?;
-        let per = started.elapsed().as_secs_f64() / (i + 1) as f64;
-        eprintln!(
-            "[{}/{}] {} {}: {} tokens, {}, {:.1} s; about {:.0} min left",
-            i + 1,
-            todo.len(),
-            row.problem,
-            row.config,
-            row.n_gen,
-            if row.correct { "right" } else { "wrong" },
-            row.seconds,
-            per * (todo.len() - i - 1) as f64 / 60.0
-        );
-    }
-    Ok(todo.len())
+/// What the run needs to hand a job to the tool.
+struct Ctx<'a> {
+    s: &'a ReasonSettings,
+    model: &'a Path,
+    settings: &'a str,
+    work: &'a Path,
+    results: &'a Path,
+    /// The tool's throughput figures, one line per invocation.
+    throughput: &'a Path,
+    conversations: &'a [Conversation],
+    cells: &'a [(String, u32)],
 }
 
-/// --quick's checks: every (problem, cell) answered exactly once, a rerun finds nothing to do,
-/// and after the last problem's rows are removed it runs exactly those again.
-#[allow(clippy::too_many_arguments)]
-fn quick_resume_check(
-    s: &ReasonSettings,
-    model: &Path,
-    settings: &str,
-    work: &Path,
-    results: &Path,
-    problems: &[Problem],
-    cells: &[(String, u32)],
-) -> Result<(), String> {
+/// Runs every job, appending each conversation's row as the tool prints it; returns the conversations
+/// run.
+fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
+    let started = Instant::now();
+    let total: usize = jobs.iter().map(|j| j.conversations.len()).sum();
+    let mut done = 0usize;
+    let mut tokens = 0u64;
+    for job in jobs {
+        let cell = &c.cells[job.cell];
+        let config = config_of(&cell.0, cell.1, &c.s.run.extra);
+        let input = c.work.join("conversations.jsonl");
+        let mut text = String::new();
+        for &i in &job.conversations {
+            text.push_str(&c.conversations[i].to_jsonl());
+            text.push('\n');
+        }
+        write_file(&input, &text)?;
+        let json = c.work.join("eval.json");
+        let _ = std::fs::remove_file(&json);
+        let eval_job = EvalJob {
+            eval: c.s.run.eval.clone(),
+            args: eval_args(c.s, c.model, &config, &input, &json),
+            label: config.clone(),
+            log: c.work.join("eval.log"),
+        };
+        let mut answered: BTreeSet<usize> = BTreeSet::new();
+        let mut on_line = |line: &str| -> Result<(), String> {
+            if !line.starts_with('{') {
+                return Ok(());
+            }
+            let e: EvalConversation = serde_json::from_str(line)
+                .map_err(|err| format!("unexpected conversation line of beaconkv-eval: {err}"))?;
+            let Some(&i) = job
+                .conversations
+                .iter()
+                .find(|&&i| c.conversations[i].id == e.id && !answered.contains(&i))
+            else {
+                return Err(format!(
+                    "beaconkv-eval answered {} {}, not a conversation it was given (or twice)",
+                    e.id, e.config
+                ));
+            };
+            let row = check_row(c.s, c.settings, &c.conversations[i], i as u32, cell, &e)?;
+            append_row(c.results, &row)?;
+            answered.insert(i);
+            done += 1;
+            tokens += row.n_gen;
+            let secs = started.elapsed().as_secs_f64();
+            eprintln!(
+                "[{done}/{total}] {} {config}: {}/{} turns right, {} tokens; {:.1} tok/s so far, about {:.0} min left",
+                row.conversation,
+                row.turns_right,
+                row.turns,
+                row.n_gen,
+                tokens as f64 / secs,
+                secs / done as f64 * (total - done) as f64 / 60.0
+            );
+            Ok(())
+        };
+        run_eval_lines(&eval_job, Some(&mut on_line))?;
+        if answered.len() != job.conversations.len() {
+            return Err(format!(
+                "beaconkv-eval answered {} of {} conversations for {config}",
+                answered.len(),
+                job.conversations.len()
+            ));
+        }
+        if let Ok(bytes) = std::fs::read(&json) {
+            let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(c.throughput)
+                .map_err(|e| format!("cannot open {}: {e}", c.throughput.display()))?;
+            for r in v["runs"].as_array().into_iter().flatten() {
+                writeln!(f, "{r}")
+                    .map_err(|e| format!("cannot write {}: {e}", c.throughput.display()))?;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// The policy entries this `beaconkv-eval` accepts. An entry of the default list it rejects
+/// (a policy of a newer library) is left out with a warning; one given with --policies is an
+/// error.
+fn known_policies(s: &ReasonSettings, work: &Path) -> Result<Vec<String>, String> {
+    let mut kept = Vec::new();
+    for p in &s.policies {
+        let config = config_of(p, s.budgets[0], &s.run.extra);
+        let job = EvalJob {
+            eval: s.run.eval.clone(),
+            args: vec![
+                "--mode".into(),
+                "configs".into(),
+                "--configs".into(),
+                config,
+            ],
+            label: format!("check {p}"),
+            log: work.join("configs.log"),
+        };
+        match run_eval(&job) {
+            Ok(_) => kept.push(p.clone()),
+            Err(_) if s.default_policies => eprintln!(
+                "warning: leaving out the default policy '{p}': this beaconkv-eval rejects it ({})",
+                crate::run::tail_lines(&job.log, 1)
+            ),
+            Err(e) => return Err(format!("--policies: '{p}' is not accepted: {e}")),
+        }
+    }
+    if kept.is_empty() && !s.policies.is_empty() {
+        return Err("no policy left to measure".into());
+    }
+    Ok(kept)
+}
+
+/// The rows with their answers checked again from their outputs, so that the tables follow
+/// this version of the checker (rows of conversations beyond this run's count as they are).
+pub fn recheck(rows: Vec<Row>, conversations: &[Conversation]) -> Vec<Row> {
+    rows.into_iter()
+        .map(|mut r| {
+            if let Some(p) = conversations.get(r.index as usize) {
+                let c = problems::check(p, &r.outputs);
+                r.correct = c.correct;
+                r.turns_right = c.turns_right;
+                r.final_right = c.final_right;
+                r.given = c.given;
+            }
+            r
+        })
+        .collect()
+}
+
+/// --quick's checks on what the tool reports: a compressed conversation never held more cells
+/// than its budget, and evicted some once it ran past it; the full cache evicted nothing and held
+/// every token (every turn's prompt and answer).
+pub fn check_cells(rows: &[Row]) -> Result<(), String> {
+    for r in rows {
+        let tokens = (r.n_prompt + r.n_gen) as i64;
+        let bad = if r.budget == 0 {
+            (r.evicted != 0 || r.cells_peak != tokens).then(|| {
+                format!(
+                    "held {} cells of {tokens} tokens, evicted {}",
+                    r.cells_peak, r.evicted
+                )
+            })
+        } else if r.cells_peak > r.budget as i64 {
+            Some(format!("held {} cells", r.cells_peak))
+        } else if tokens > r.budget as i64 && r.evicted == 0 {
+            Some(format!("evicted nothing from {tokens} tokens"))
+        } else {
+            None
+        };
+        if let Some(why) = bad {
+            return Err(format!("--quick: {} {}: {why}", r.conversation, r.config));
+        }
+    }
+    Ok(())
+}
+
+/// --quick's checks: every (conversation, cell) answered exactly once, a rerun finds nothing to do,
+/// and after the last conversation's rows are removed it runs exactly those again.
+fn quick_resume_check(c: &Ctx, round: usize) -> Result<(), String> {
+    let n = c.conversations.len();
     let once = |rows: &[Row]| -> Result<(), String> {
         let keys: BTreeSet<(&str, &str, u32)> = rows
             .iter()
-            .map(|r| (r.problem.as_str(), r.policy.as_str(), r.budget))
+            .map(|r| (r.conversation.as_str(), r.policy.as_str(), r.budget))
             .collect();
-        if rows.len() != problems.len() * cells.len() || keys.len() != rows.len() {
+        if rows.len() != n * c.cells.len() || keys.len() != rows.len() {
             return Err(format!(
-                "--quick: {} rows ({} distinct) in {}, expected {} problems x {} cells",
+                "--quick: {} rows ({} distinct) in {}, expected {n} conversations x {} cells",
                 rows.len(),
                 keys.len(),
-                results.display(),
-                problems.len(),
-                cells.len()
+                c.results.display(),
+                c.cells.len()
             ));
         }
         Ok(())
     };
-    let rows = load_rows(results)?;
+    let rows = load_rows(c.results)?;
     once(&rows)?;
-    let left = pending(problems, cells, &rows, settings)?;
+    let left = plan(c.conversations, c.cells, &rows, c.settings, round)?;
     if !left.is_empty() {
-        return Err(format!(
-            "--quick: a rerun would redo {} answers",
-            left.len()
-        ));
+        return Err(format!("--quick: a rerun would run {} jobs", left.len()));
     }
-    let last = problems.len() - 1;
-    let kept: Vec<&Row> = rows.iter().filter(|r| r.index as usize != last).collect();
+    let last = n - 1;
     let mut text = String::new();
-    for r in &kept {
+    for r in rows.iter().filter(|r| r.index as usize != last) {
         text.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
         text.push('\n');
     }
-    write_file(results, &text)?;
-    let rows = load_rows(results)?;
-    let todo = pending(problems, cells, &rows, settings)?;
-    let expect: Vec<(usize, usize)> = (0..cells.len()).map(|ci| (last, ci)).collect();
+    write_file(c.results, &text)?;
+    let rows = load_rows(c.results)?;
+    let todo = plan(c.conversations, c.cells, &rows, c.settings, round)?;
+    let expect: Vec<Job> = (0..c.cells.len())
+        .map(|ci| Job {
+            cell: ci,
+            conversations: vec![last],
+        })
+        .collect();
     if todo != expect {
         return Err(format!(
-            "--quick: after removing problem {last}'s rows the rerun plans {todo:?}, expected {expect:?}"
+            "--quick: after removing conversation {last}'s rows the rerun plans {todo:?}, expected {expect:?}"
         ));
     }
-    eprintln!("--quick: resume check: rerunning {} answers", todo.len());
-    run_pending(s, model, settings, work, results, problems, cells, &todo)?;
-    let rows = load_rows(results)?;
+    eprintln!("--quick: resume check: rerunning conversation {last} in every cell");
+    run_jobs(c, &todo)?;
+    let rows = load_rows(c.results)?;
     once(&rows)?;
-    if !pending(problems, cells, &rows, settings)?.is_empty() {
-        return Err("--quick: answers still missing after the rerun".into());
+    if !plan(c.conversations, c.cells, &rows, c.settings, round)?.is_empty() {
+        return Err("--quick: conversations still missing after the rerun".into());
     }
     Ok(())
 }
@@ -389,7 +553,7 @@ pub fn run(
     resolve_model: impl Fn(&Option<PathBuf>, bool) -> Result<PathBuf, String>,
 ) -> Result<(), String> {
     let started = Instant::now();
-    let s = resolve(cli, root)?;
+    let mut s = resolve(cli, root)?;
     s.run.check_binary()?;
     let model = resolve_model(&s.model, s.quick)?;
     let out = match (&s.out, s.quick) {
@@ -416,37 +580,49 @@ pub fn run(
     }
     let work = out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
+    s.policies = known_policies(&s, &work)?;
     let settings = fingerprint(&s, &model);
-    let problems: Vec<Problem> = (0..s.problems)
+    let conversations: Vec<Conversation> = (0..s.conversations)
         .map(|i| problems::generate(s.seed, i, s.shape))
         .collect();
     let mut text = String::new();
-    for p in &problems {
+    for p in &conversations {
         text.push_str(&serde_json::to_string(p).map_err(|e| e.to_string())?);
         text.push('\n');
     }
-    write_file(&out.join("problems.jsonl"), &text)?;
+    write_file(&out.join("conversations.jsonl"), &text)?;
     let cells = cells(&s);
     let rows = load_rows(&results)?;
-    let todo = pending(&problems, &cells, &rows, &settings)?;
+    let round = 2 * s.parallel as usize;
+    let jobs = plan(&conversations, &cells, &rows, &settings, round)?;
+    let todo: usize = jobs.iter().map(|j| j.conversations.len()).sum();
     eprintln!("model:   {}", model.display());
     eprintln!("out:     {}", out.display());
     eprintln!("settings: {settings}");
     eprintln!(
-        "cells:   {} ({} problems each); {} answers done, {} to run",
+        "cells:   {} ({} conversations each, in rounds of {round}); {} conversations done, {} to run",
         cells.len(),
-        problems.len(),
-        problems.len() * cells.len() - todo.len(),
-        todo.len()
+        conversations.len(),
+        conversations.len() * cells.len() - todo,
+        todo
     );
-    run_pending(
-        &s, &model, &settings, &work, &results, &problems, &cells, &todo,
-    )?;
+    let c = Ctx {
+        s: &s,
+        model: &model,
+        settings: &settings,
+        work: &work,
+        results: &results,
+        throughput: &out.join("throughput.jsonl"),
+        conversations: &conversations,
+        cells: &cells,
+    };
+    run_jobs(&c, &jobs)?;
     if s.quick {
-        quick_resume_check(&s, &model, &settings, &work, &results, &problems, &cells)?;
+        quick_resume_check(&c, round)?;
+        check_cells(&load_rows(&results)?)?;
     }
-    let rows = load_rows(&results)?;
-    let rep = report::Report::new(&s, &cells, &rows);
+    let rows = recheck(load_rows(&results)?, &conversations);
+    let rep = report::Report::new(&cells, &rows);
     let summary = rep.summary_markdown(&s, &model, started.elapsed().as_secs_f64());
     write_file(&out.join("summary.md"), &summary)?;
     write_file(&out.join("accuracy.csv"), &rep.csv())?;

@@ -1,12 +1,15 @@
-//! `beaconkv-bench reason`: chain-of-thought accuracy. Arithmetic word problems and chains of them
-//! ([`problems`]), generated from a seed, answered by free greedy generation (`beaconkv-eval
-//! --mode reason`) with the full cache and every policy × budget, checked by program.
+//! `beaconkv-bench reason`: chain-of-thought accuracy over multi-turn conversations. A
+//! conversation is a series of short turns, one arithmetic word problem each, where later problems start
+//! from an earlier turn's answer ([`problems`]); `beaconkv-eval --mode reason` answers every
+//! turn greedily, `--parallel` conversations decoded together in one context (one sequence each, the
+//! same budget), with the full cache and every policy × budget; the bench checks every turn's
+//! answer by program.
 //!
-//! Every answer is appended to `results.jsonl` in the output folder as soon as it is checked; a
-//! rerun with the same folder and settings skips the (problem, config) pairs already there.
-//! Tables (accuracy with its Wilson interval, count and mean generated length per cell; cells
-//! whose mean length is under `--min-ratio` × budget are flagged), CSV and plots go to the same
-//! folder.
+//! Every finished conversation is appended to `results.jsonl` in the output folder as soon as the
+//! tool prints it; a rerun with the same folder and settings skips the (conversation, cell) pairs
+//! already there. Tables (conversations right with their Wilson interval, turns right, mean generated
+//! length per cell; cells whose mean length is under `--min-ratio` × budget are flagged), CSV
+//! and plots go to the same folder.
 //!
 //! Layout: this file holds the options, `problems.rs` the generator and checker, `report.rs` the
 //! tables and plots, `driver.rs` the run and its resume file.
@@ -38,43 +41,49 @@ pub const DEFAULT_POLICIES: [&str; 7] = [
 
 #[derive(clap::Args, Debug)]
 pub struct ReasonCli {
-    /// CI run: the tiny test model, budgets 32,64, four problems, 256 tokens, and a check that a
-    /// rerun skips what is done (accuracy is whatever it is)
+    /// CI run: the tiny test model, budgets 32,64, two conversations of three one-operation turns,
+    /// 16 tokens per turn, decoded together, and a check that a rerun skips what is done
+    /// (accuracy is whatever it is)
     #[arg(long)]
     pub quick: bool,
     /// Model GGUF [default: Qwen2.5-Coder-1.5B-Instruct from scripts/fetch-models.sh qwen15;
     /// --quick: build/models/tiny.gguf]
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
     pub model: Option<PathBuf>,
-    /// KV budgets in cells [default: 32,64]
+    /// KV budgets in cells [default: 256,384; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
+    /// ("none" alone: only the full cache, to calibrate the conversations)
     /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
-    /// Problems per cell (half chains, half single problems) [default: 40; --quick: 4]
+    /// Conversations per cell [default: 10, 140 problems at 14 turns; --quick: 2]
     #[arg(long, value_name = "N")]
-    pub problems: Option<u32>,
-    /// Operations of a single problem [default: 6]
+    pub conversations: Option<u32>,
+    /// Turns (problems) per conversation; from the third on, each starts from the answer of a turn at
+    /// least two back [default: 14; --quick: 3]
     #[arg(long, value_name = "N")]
-    pub single_steps: Option<u32>,
-    /// Operations per word problem of a chain [default: 2]
+    pub turns: Option<u32>,
+    /// Operations per problem [default: 3; --quick: 1]
     #[arg(long, value_name = "N")]
     pub steps: Option<u32>,
-    /// Word problems per chain [default: 3]
-    #[arg(long, value_name = "N")]
-    pub parts: Option<u32>,
-    /// Most tokens generated per answer (bounds the time of answers that loop) [default: 768; --quick: 256]
+    /// Most tokens generated per turn (bounds the time of answers that loop) [default: 256;
+    /// --quick: 16]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
-    /// Seed of the problem generator
+    /// Conversations decoded together, one sequence each in one context (at most 30: a compressed
+    /// context's decode call holds 32 tokens at budgets up to 256) [default: 24; --quick: 2]
+    #[arg(long, value_name = "N")]
+    pub parallel: Option<u32>,
+    /// Seed of the conversation generator
     #[arg(long, value_name = "N", default_value_t = 7)]
     pub seed: u64,
-    /// Largest chunk a compressed context's prompt is fed in (also at most budget/8)
+    /// Largest chunk of a turn's prompt per decode call (a compressed context: also at most
+    /// budget/8)
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub chunk: u32,
-    /// Flag a cell whose mean generated length is below this many times its budget
+    /// Flag a cell whose mean generated length per conversation is below this many times its budget
     #[arg(long, value_name = "X", default_value_t = 4.0)]
     pub min_ratio: f64,
     /// Output folder, also the one a rerun resumes [default: results/reason-<model-stem> in the
@@ -91,9 +100,12 @@ pub struct ReasonSettings {
     pub model: Option<PathBuf>,
     pub budgets: Vec<u32>,
     pub policies: Vec<String>,
-    pub problems: u32,
+    /// The policies came from [`DEFAULT_POLICIES`] (unknown ones are skipped, not an error).
+    pub default_policies: bool,
+    pub conversations: u32,
     pub shape: Shape,
     pub n_tokens: u32,
+    pub parallel: u32,
     pub seed: u64,
     pub chunk: u32,
     pub min_ratio: f64,
@@ -108,7 +120,9 @@ pub fn check_policy(p: &str) -> Result<(), String> {
     let (name, keys) = p.split_once('/').unwrap_or((p, ""));
     if name == "none" {
         return Err(
-            "--policies: 'none' (the full cache) is the reference and always measured".into(),
+            "--policies: 'none' (the full cache) is the reference and always measured; alone it \
+             measures only the full cache"
+                .into(),
         );
     }
     let name_ok = !name.is_empty()
@@ -136,15 +150,16 @@ pub fn check_policy(p: &str) -> Result<(), String> {
 
 pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
-    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![32, 64]);
-    let policies = cli
-        .policies
-        .unwrap_or_else(|| DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect());
+    let budgets = pick(cli.budgets, quick, vec![32, 64], vec![256, 384]);
+    let default_policies = cli.policies.is_none();
+    let policies = match cli.policies {
+        Some(p) if p == ["none"] => Vec::new(),
+        Some(p) if p.is_empty() => return Err("--policies needs at least one policy".into()),
+        Some(p) => p,
+        None => DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect(),
+    };
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
-        return Err("--budgets needs numbers of at least 8, e.g. 32,64".into());
-    }
-    if policies.is_empty() {
-        return Err("--policies needs at least one policy".into());
+        return Err("--budgets needs numbers of at least 8, e.g. 128,256".into());
     }
     for p in &policies {
         check_policy(p)?;
@@ -155,20 +170,25 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     if dedup.len() != policies.len() {
         return Err("--policies: an entry is given twice".into());
     }
-    let problems = pick(cli.problems, quick, 4, 40);
-    let single_steps = cli.single_steps.unwrap_or(6);
-    let steps = cli.steps.unwrap_or(2);
-    let parts = cli.parts.unwrap_or(3);
-    let n_tokens = pick(cli.n_tokens, quick, 256, 768);
-    if problems == 0
-        || steps == 0
-        || single_steps == 0
-        || parts < 2
-        || n_tokens == 0
-        || cli.chunk == 0
-    {
+    let conversations = pick(cli.conversations, quick, 2, 10);
+    let turns = pick(cli.turns, quick, 3, 14);
+    let steps = pick(cli.steps, quick, 1, 3);
+    let n_tokens = pick(cli.n_tokens, quick, 16, 256);
+    let parallel = pick(cli.parallel, quick, 2, 24);
+    for (name, v) in [
+        ("--conversations", conversations),
+        ("--steps", steps),
+        ("--n-tokens", n_tokens),
+        ("--parallel", parallel),
+        ("--chunk", cli.chunk),
+    ] {
+        if v == 0 {
+            return Err(format!("{name} must be at least 1"));
+        }
+    }
+    if turns < 3 {
         return Err(
-            "--problems, --steps, --single-steps, --n-tokens and --chunk must be positive, --parts at least 2"
+            "--turns must be at least 3 (the third turn is the first to reach back two turns)"
                 .into(),
         );
     }
@@ -181,13 +201,14 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         model: cli.model,
         budgets,
         policies,
-        problems,
+        default_policies,
+        conversations,
         shape: Shape {
-            single_steps: single_steps as usize,
+            turns: turns as usize,
             steps: steps as usize,
-            parts: parts as usize,
         },
         n_tokens,
+        parallel,
         seed: cli.seed,
         chunk: cli.chunk,
         min_ratio: cli.min_ratio,

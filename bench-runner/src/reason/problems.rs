@@ -1,112 +1,106 @@
-//! Chain-of-thought problems generated from a seed: multi-step arithmetic word problems, and
-//! sequences of several problems where a later one starts from an earlier one's answer (so the
-//! answer has to come back to its own earlier steps). Every answer is a whole number, known by
-//! construction; the checker reads the `Answer: N` / `Answer k: N` lines the prompt asks for.
+//! Multi-turn chain-of-thought conversations generated from a seed. A conversation is a conversation of
+//! short turns, one arithmetic word problem each; from the third turn on, a problem starts from
+//! the answer of a problem at least two turns back, so the model has to come back to its own
+//! earlier answer while each turn's prompt stays short. Every answer is a whole number, known by
+//! construction; the checker reads the `Answer: N` line each turn ends with.
 
 use crate::tasks::Rng;
 use serde::{Deserialize, Serialize};
 
-/// The two kinds of problem.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Kind {
-    /// One word problem of several steps, one final answer.
-    Single,
-    /// Several word problems in one answer; later ones start from an earlier one's answer.
-    Chain,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Single => "single",
-            Kind::Chain => "chain",
-        }
-    }
-}
-
-/// How large the problems are.
+/// How large the conversations are.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Shape {
-    /// Operations of a single problem (after the starting amount).
-    pub single_steps: usize,
-    /// Operations per word problem of a chain.
+    /// Turns (problems) per conversation.
+    pub turns: usize,
+    /// Operations per problem (after the starting amount).
     pub steps: usize,
-    /// Problems per chain (at least 2).
-    pub parts: usize,
 }
 
-/// One operation on the running amount. Only additions, subtractions and added groups: with
-/// 1.5B-parameter models, "doubles", "splits into equal parts and keeps one" and "sells 4 cases
-/// with 8 in each" were misread often enough to measure the wording rather than the reasoning.
+/// The system message: short, so that the protected prefix (the first turn's prompt, at most
+/// budget/4 cells) holds it.
+pub const SYSTEM: &str = "You are a careful math tutor. Solve each problem step by step in plain \
+text (no code), showing every calculation. End your answer with a line \"Answer to Problem k: \
+N\", where k is the problem's number.";
+
+/// One operation on the running amount: additions and subtractions only. With the 1.5B model,
+/// "n boxes with k in each" was read as adding k n times or once often enough to measure the
+/// wording rather than the memory ("doubles" and "splits into equal parts" more so).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Op {
     Add(i64),
     Sub(i64),
-    /// `n` groups of `k` more.
-    AddGroups(i64, i64),
 }
 
-/// One word problem: where it starts, its operations, its answer.
+/// One turn: the user's problem and its answer.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Part {
-    /// The sentences of the problem.
+pub struct Turn {
+    /// The user message.
     pub text: String,
-    /// The computation as an arithmetic expression; `#j` stands for part j's answer (1-based).
+    /// The computation as an arithmetic expression; `#j` stands for turn j's answer (1-based).
     pub expr: String,
     pub answer: i64,
+    /// The earlier turn (1-based) whose answer the problem starts from.
+    pub from: Option<usize>,
 }
 
-/// One problem as the model sees it, with what the checker expects.
+/// One conversation as the model sees it, with what the checker expects.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Problem {
+pub struct Conversation {
     pub id: String,
-    pub kind: Kind,
-    pub prompt: String,
-    pub parts: Vec<Part>,
+    pub system: String,
+    pub turns: Vec<Turn>,
 }
 
-impl Problem {
-    /// The expected answers, in order (one for a single problem).
+impl Conversation {
+    /// The expected answers, turn by turn.
     pub fn answers(&self) -> Vec<i64> {
-        self.parts.iter().map(|p| p.answer).collect()
+        self.turns.iter().map(|t| t.answer).collect()
+    }
+
+    /// A digest of what the model is shown (system message and turns), kept with every answer so
+    /// that a rerun refuses answers to conversations the generator now words differently.
+    pub fn digest(&self) -> String {
+        format!("{:016x}", crate::tasks::fnv(&self.to_jsonl()))
     }
 
     /// The `--tasks` line of `beaconkv-eval --mode reason`.
     pub fn to_jsonl(&self) -> String {
-        serde_json::json!({"id": self.id, "prompt": self.prompt}).to_string()
+        let turns: Vec<&str> = self.turns.iter().map(|t| t.text.as_str()).collect();
+        serde_json::json!({"id": self.id, "system": self.system, "turns": turns}).to_string()
     }
 }
 
-/// Things counted in a word problem: (plural noun, holder, verb for a gain, verb for a loss,
-/// container for groups).
-const THEMES: [(&str, &str, &str, &str, &str); 10] = [
-    ("sheep", "a farm", "buys", "sells", "pens"),
-    ("books", "a library", "receives", "lends out", "boxes"),
-    ("apples", "an orchard stall", "harvests", "sells", "crates"),
-    ("marbles", "a child", "wins", "loses", "bags"),
-    ("bricks", "a builder", "orders", "uses", "pallets"),
-    ("stamps", "a collector", "buys", "trades away", "albums"),
-    ("coins", "a jar", "gets", "spends", "rolls"),
-    ("pencils", "a school", "orders", "hands out", "packs"),
-    ("tickets", "a theatre", "prints", "sells", "books"),
-    ("bottles", "a shop", "stocks", "sells", "cases"),
+/// Things counted in a word problem: (plural noun, holder, verb for a gain, verb for a loss).
+type Theme = (&'static str, &'static str, &'static str, &'static str);
+
+/// The themes; a conversation uses each at most once, so that the model cannot mix up the amounts of
+/// two problems by their names.
+pub const THEMES: [Theme; 10] = [
+    ("sheep", "a farm", "buys", "sells"),
+    ("books", "a library", "receives", "lends out"),
+    ("apples", "an orchard stall", "harvests", "sells"),
+    ("marbles", "a child", "wins", "loses"),
+    ("bricks", "a builder", "orders", "uses"),
+    ("stamps", "a collector", "buys", "trades away"),
+    ("coins", "a jar", "gets", "spends"),
+    ("pencils", "a school", "orders", "hands out"),
+    ("tickets", "a theatre", "prints", "sells"),
+    ("bottles", "a shop", "stocks", "sells"),
 ];
 
 /// Largest running amount a problem reaches: small numbers keep the arithmetic about reasoning.
-const MAX_VALUE: i64 = 600;
+pub const MAX_VALUE: i64 = 600;
 
 /// Smallest running amount: near zero the models tested start to reason about running out
 /// (or go negative) instead of doing the arithmetic.
-const MIN_VALUE: i64 = 20;
+pub const MIN_VALUE: i64 = 20;
 
 /// The next operation on `v`: results between MIN_VALUE and MAX_VALUE.
 fn next_op(r: &mut Rng, v: i64) -> Op {
     loop {
-        let op = match r.below(3) {
+        let op = match r.below(2) {
             0 => Op::Add(r.range(5, 60)),
-            1 => Op::Sub(r.range(3, 60)),
-            _ => Op::AddGroups(r.range(2, 6), r.range(3, 15)),
+            _ => Op::Sub(r.range(3, 60)),
         };
         let w = apply(v, op);
         if (MIN_VALUE..=MAX_VALUE).contains(&w) {
@@ -119,13 +113,12 @@ fn apply(v: i64, op: Op) -> i64 {
     match op {
         Op::Add(a) => v + a,
         Op::Sub(a) => v - a,
-        Op::AddGroups(n, k) => v + n * k,
     }
 }
 
 /// The sentence of one operation, and its expression applied to `e`.
-fn sentence(op: Op, theme: (&str, &str, &str, &str, &str), e: &str) -> (String, String) {
-    let (noun, _, gain, loss, groups) = theme;
+fn sentence(op: Op, theme: Theme, e: &str) -> (String, String) {
+    let (noun, _, gain, loss) = theme;
     match op {
         Op::Add(a) => (
             format!("Then it {gain} {a} more {noun}."),
@@ -135,23 +128,19 @@ fn sentence(op: Op, theme: (&str, &str, &str, &str, &str), e: &str) -> (String, 
             format!("Then it {loss} {a} {noun}."),
             format!("({e} - {a})"),
         ),
-        Op::AddGroups(n, k) => (
-            format!("Then it {gain} {n} {groups} with {k} {noun} in each."),
-            format!("({e} + {n} * {k})"),
-        ),
     }
 }
 
-/// A word problem from `start` (a number, or an earlier part's answer `from`).
-fn word_problem(r: &mut Rng, steps: usize, from: Option<(usize, i64)>) -> Part {
-    let theme = *r.pick(&THEMES);
+/// Turn `k` (1-based) about `theme`: a word problem from a number, or from the answer of turn
+/// `from` (its number and answer).
+fn turn(r: &mut Rng, k: usize, steps: usize, theme: Theme, from: Option<(usize, i64)>) -> Turn {
     let (noun, holder, ..) = theme;
     let (mut v, mut expr, mut text) = match from {
         Some((j, a)) => (
             a,
             format!("#{j}"),
             format!(
-                "{} starts with as many {noun} as the answer to Problem {j}.",
+                "Problem {k}: {} starts with as many {noun} as your answer to Problem {j}.",
                 capitalise(holder)
             ),
         ),
@@ -160,7 +149,7 @@ fn word_problem(r: &mut Rng, steps: usize, from: Option<(usize, i64)>) -> Part {
             (
                 s,
                 s.to_string(),
-                format!("{} has {s} {noun}.", capitalise(holder)),
+                format!("Problem {k}: {} has {s} {noun}.", capitalise(holder)),
             )
         }
     };
@@ -173,10 +162,11 @@ fn word_problem(r: &mut Rng, steps: usize, from: Option<(usize, i64)>) -> Part {
         expr = e;
     }
     text.push_str(&format!(" How many {noun} does it have now?"));
-    Part {
+    Turn {
         text,
         expr,
         answer: v,
+        from: from.map(|(j, _)| j),
     }
 }
 
@@ -187,77 +177,31 @@ fn capitalise(s: &str) -> String {
         .unwrap_or_default()
 }
 
-const SINGLE_TAIL: &str = "Think step by step: explain each step in words and show every \
-calculation. When you are done, write the final whole number on a last line of the form \
-\"Answer: N\".";
-
-fn chain_head(parts: usize) -> String {
-    format!(
-        "Solve the following {parts} problems in order. Some problems use the answer of an earlier \
-         problem. For each problem, think step by step: explain each step in words and show every \
-         calculation, then write a line of the form \"Answer k: N\", where k is the problem's \
-         number and N its whole-number answer. Then go on to the next problem."
-    )
-}
-
-/// Problem `index` of a run with `seed`: even indices are chains, odd ones single problems. The
-/// same (seed, index, shape) always gives the same problem, however many a run generates.
-pub fn generate(seed: u64, index: u32, shape: Shape) -> Problem {
+/// Conversation `index` of a run with `seed`. Turns 1 and 2 start from a number; turn k >= 3 starts
+/// from the answer of a turn j <= k-2, drawn uniformly, so every later turn reaches back past the
+/// answer just given. The same (seed, index, shape) always gives the same conversation, however many
+/// a run generates. Turns beyond the number of themes reuse them.
+pub fn generate(seed: u64, index: u32, shape: Shape) -> Conversation {
     let mut r = Rng::new(seed ^ (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     r.next_u64();
-    let kind = if index.is_multiple_of(2) {
-        Kind::Chain
-    } else {
-        Kind::Single
-    };
-    let id = format!("{}-{index}", kind.as_str());
-    match kind {
-        Kind::Single => {
-            let part = word_problem(&mut r, shape.single_steps, None);
-            let prompt = format!("{}\n\n{SINGLE_TAIL}", part.text);
-            Problem {
-                id,
-                kind,
-                prompt,
-                parts: vec![part],
-            }
-        }
-        Kind::Chain => {
-            let n = shape.parts.max(2);
-            let mut parts: Vec<Part> = Vec::new();
-            for k in 0..n {
-                // From the third problem on, about half start from an answer two or more
-                // problems back; the second one alternates with a fresh start.
-                let from = if k == 0 || (k == 1 && r.below(2) == 0) {
-                    None
-                } else {
-                    let j = if k >= 2 && r.below(2) == 0 {
-                        r.below(k as u64 - 1) as usize
-                    } else {
-                        k - 1
-                    };
-                    Some((j + 1, parts[j].answer))
-                };
-                parts.push(word_problem(&mut r, shape.steps, from));
-            }
-            // at least one problem uses an earlier answer
-            if parts.iter().all(|p| !p.expr.contains('#')) {
-                let last = parts.len() - 1;
-                parts[last] = word_problem(&mut r, shape.steps, Some((1, parts[0].answer)));
-            }
-            let mut prompt = chain_head(n);
-            prompt.push_str("\n\n");
-            for (k, p) in parts.iter().enumerate() {
-                prompt.push_str(&format!("Problem {}: {}\n", k + 1, p.text));
-            }
-            let prompt = prompt.trim_end().to_string();
-            Problem {
-                id,
-                kind,
-                prompt,
-                parts,
-            }
-        }
+    // the themes in a seeded order (Fisher-Yates)
+    let mut themes = THEMES;
+    for i in (1..themes.len()).rev() {
+        themes.swap(i, r.below(i as u64 + 1) as usize);
+    }
+    let mut turns: Vec<Turn> = Vec::new();
+    for k in 1..=shape.turns {
+        let from = (k >= 3).then(|| {
+            let j = 1 + r.below(k as u64 - 2) as usize;
+            (j, turns[j - 1].answer)
+        });
+        let theme = themes[(k - 1) % themes.len()];
+        turns.push(turn(&mut r, k, shape.steps.max(1), theme, from));
+    }
+    Conversation {
+        id: format!("conversation-{index}"),
+        system: SYSTEM.to_string(),
+        turns,
     }
 }
 
@@ -295,9 +239,9 @@ fn number_after(s: &str, at: usize) -> Option<i64> {
     Some(if neg { -v } else { v })
 }
 
-/// The answer the output gives under `label` ("answer" for a single problem, "answer 2" for part
-/// 2 of a chain): the number after the label's last occurrence (case-insensitive, as a whole
-/// word; "Answer 12" is not "Answer 1").
+/// The answer the output gives under `label` (e.g. "answer", "answer 3"): the number after the
+/// label's last occurrence (case-insensitive, as a whole word; "Answer 12" is not "Answer 1",
+/// and "Answer 2: 40" is not "Answer: 2").
 pub fn parse_answer(output: &str, label: &str) -> Option<i64> {
     let lower = output.to_ascii_lowercase();
     let label = label.to_ascii_lowercase();
@@ -311,7 +255,7 @@ pub fn parse_answer(output: &str, label: &str) -> Option<i64> {
             .as_bytes()
             .get(end)
             .is_none_or(|b| !b.is_ascii_alphanumeric());
-        if before_ok && after_ok {
+        if before_ok && after_ok && !numbered_label(&lower[end..]) {
             if let Some(v) = number_after(output, end) {
                 found = Some(v);
             }
@@ -321,63 +265,91 @@ pub fn parse_answer(output: &str, label: &str) -> Option<i64> {
     found
 }
 
+/// Whether text after a label starts with another number and a colon ("Answer 2: 40" read
+/// under the label "answer"): a numbered label, not "2".
+fn numbered_label(rest: &str) -> bool {
+    let rest = rest.trim_start();
+    let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    digits > 0 && rest[digits..].trim_start().starts_with(':')
+}
+
 /// The number in the last `\boxed{N}` of the output (LaTeX's final-answer box, which models
 /// trained on maths write even when asked for an answer line).
 pub fn last_boxed(output: &str) -> Option<i64> {
     let at = output.rfind("\\boxed{")?;
-    let v = number_after(output, at + "\\boxed{".len())?;
-    Some(v)
+    number_after(output, at + "\\boxed{".len())
 }
 
-/// The numbers of every `\boxed{N}` of the output, in order.
-pub fn all_boxed(output: &str) -> Vec<Option<i64>> {
-    output
-        .match_indices("\\boxed{")
-        .map(|(at, m)| number_after(output, at + m.len()))
-        .collect()
-}
-
-/// The answers an output gives to a problem, in order (None where none is found): its answer
-/// lines; for a single problem without one, the last `\boxed{N}`; for a chain without any,
-/// its boxes when there is exactly one per problem.
-pub fn parse_answers(p: &Problem, output: &str) -> Vec<Option<i64>> {
-    match p.kind {
-        Kind::Single => vec![parse_answer(output, "answer").or_else(|| last_boxed(output))],
-        Kind::Chain => {
-            let lines: Vec<Option<i64>> = (1..=p.parts.len())
-                .map(|k| parse_answer(output, &format!("answer {k}")))
-                .collect();
-            let boxed = all_boxed(output);
-            if lines.iter().all(Option::is_none) && boxed.len() == p.parts.len() {
-                boxed
-            } else {
-                lines
-            }
+/// The last whole number of the output ("1,234" read as one; a sign is not read: every answer
+/// is positive, and "75-42" ends with 42).
+pub fn last_number(output: &str) -> Option<i64> {
+    let b = output.as_bytes();
+    let end = b.iter().rposition(u8::is_ascii_digit)? + 1;
+    let digits_from = |to: usize| {
+        let mut i = to;
+        while i > 0 && b[i - 1].is_ascii_digit() {
+            i -= 1;
         }
+        i
+    };
+    let mut start = digits_from(end);
+    // groups of three digits after commas, e.g. "12,345,678"
+    while end - start >= 3
+        && (start..end).filter(|&i| b[i].is_ascii_digit()).count() % 3 == 0
+        && start >= 2
+        && b[start - 1] == b','
+        && b[start - 2].is_ascii_digit()
+        && digits_from(start - 1) < start - 1
+    {
+        let group = digits_from(start - 1);
+        if start - 1 - group > 3 {
+            break;
+        }
+        start = group;
     }
+    let text: String = output[start..end].chars().filter(|c| *c != ',').collect();
+    text.parse().ok()
 }
 
-/// A checked output: correct when every answer is right.
+/// The answer of turn `k` (1-based): its `Answer: N` line; labelled with the problem
+/// ("Answer 3: N", "Answer to Problem 3: N") when the model numbers it; else the last
+/// `\boxed{N}`; else the last number of the output (an answer whose line was left out, e.g.
+/// "So, the jar now has 57 coins.").
+pub fn parse_turn(output: &str, k: usize) -> Option<i64> {
+    parse_answer(output, &format!("answer to problem {k}"))
+        .or_else(|| parse_answer(output, &format!("answer {k}")))
+        .or_else(|| parse_answer(output, "answer"))
+        .or_else(|| last_boxed(output))
+        .or_else(|| last_number(output))
+}
+
+/// A checked conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
+    /// Every turn right.
     pub correct: bool,
-    /// Answers right, of `parts`.
-    pub parts_right: u32,
-    pub parts: u32,
+    pub turns_right: u32,
+    pub turns: u32,
+    /// The last turn right.
+    pub final_right: bool,
     pub given: Vec<Option<i64>>,
 }
 
-pub fn check(p: &Problem, output: &str) -> Check {
-    let given = parse_answers(p, output);
-    let right = given
+/// Checks the outputs of a conversation's turns (one per turn; a missing one counts as wrong).
+pub fn check(s: &Conversation, outputs: &[String]) -> Check {
+    let given: Vec<Option<i64>> = (0..s.turns.len())
+        .map(|k| outputs.get(k).and_then(|o| parse_turn(o, k + 1)))
+        .collect();
+    let right: Vec<bool> = given
         .iter()
-        .zip(p.answers())
-        .filter(|(g, a)| **g == Some(*a))
-        .count() as u32;
+        .zip(s.answers())
+        .map(|(g, a)| *g == Some(a))
+        .collect();
     Check {
-        correct: right as usize == p.parts.len(),
-        parts_right: right,
-        parts: p.parts.len() as u32,
+        correct: right.iter().all(|&r| r),
+        turns_right: right.iter().filter(|&&r| r).count() as u32,
+        turns: s.turns.len() as u32,
+        final_right: right.last().copied().unwrap_or(false),
         given,
     }
 }

@@ -1,7 +1,6 @@
-//! Accuracy and mean generated length per cell, as markdown tables, CSV and plots.
+//! Conversations right and mean generated length per cell, as markdown tables, CSV and plots.
 
 use super::driver::Row;
-use super::problems::Kind;
 use super::ReasonSettings;
 use crate::plot::{draw_chart, init_fonts, Chart, Series};
 use crate::results::csv_field;
@@ -11,26 +10,41 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// The answers of one cell (or of one kind of problem in it).
+/// The conversations of one cell.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Cell {
+    /// Conversations with every turn right, of `n`.
     pub k: u64,
     pub n: u64,
+    pub final_right: u64,
+    pub turns_right: u64,
+    pub turns: u64,
+    /// Turns whose problem starts from an earlier answer: right, of all.
+    pub back_right: u64,
+    pub back: u64,
+    /// Tokens generated, all conversations.
     pub tokens: u64,
-    pub parts_right: u64,
-    pub parts: u64,
-    /// Answers cut at --n-tokens.
+    /// Turns cut at --n-tokens.
     pub cut: u64,
+    pub evicted: u64,
 }
 
 impl Cell {
     fn add(&mut self, r: &Row) {
         self.n += 1;
         self.k += r.correct as u64;
+        self.final_right += r.final_right as u64;
+        self.turns_right += r.turns_right as u64;
+        self.turns += r.turns as u64;
+        for ((g, e), f) in r.given.iter().zip(&r.expected).zip(&r.from) {
+            if f.is_some() {
+                self.back += 1;
+                self.back_right += (*g == Some(*e)) as u64;
+            }
+        }
         self.tokens += r.n_gen;
-        self.parts_right += r.parts_right as u64;
-        self.parts += r.parts as u64;
-        self.cut += !r.stopped as u64;
+        self.cut += r.cut as u64;
+        self.evicted += r.evicted;
     }
 
     pub fn rate(&self) -> f64 {
@@ -41,6 +55,7 @@ impl Cell {
         }
     }
 
+    /// Mean tokens generated per conversation.
     pub fn mean_len(&self) -> f64 {
         if self.n == 0 {
             f64::NAN
@@ -49,33 +64,34 @@ impl Cell {
         }
     }
 
-    /// Mean length under `ratio` × budget (never for the full cache, budget 0).
+    /// Mean conversation length under `ratio` × budget (never for the full cache, budget 0).
     pub fn flagged(&self, budget: u32, ratio: f64) -> bool {
         budget > 0 && self.n > 0 && self.mean_len() < ratio * budget as f64
     }
 }
 
-/// Key: (policy entry, budget; 0 for the full cache, kind; None = all).
-type Key = (String, u32, Option<Kind>);
+fn pct(k: u64, n: u64) -> String {
+    if n == 0 {
+        "–".into()
+    } else {
+        format!("{:.0}% ({k}/{n})", 100.0 * k as f64 / n as f64)
+    }
+}
 
 pub struct Report {
     pub cells: Vec<(String, u32)>,
-    pub by: BTreeMap<Key, Cell>,
+    /// Key: (policy entry, budget; 0 for the full cache).
+    pub by: BTreeMap<(String, u32), Cell>,
 }
 
 impl Report {
-    /// Aggregates the rows of the run's cells (rows of problems beyond `--problems` count too:
-    /// a rerun with fewer problems keeps what is done).
-    pub fn new(_s: &ReasonSettings, cells: &[(String, u32)], rows: &[Row]) -> Report {
-        let mut by: BTreeMap<Key, Cell> = BTreeMap::new();
+    /// Aggregates the rows of the run's cells (rows of conversations beyond `--conversations` count too:
+    /// a rerun with fewer conversations keeps what is done).
+    pub fn new(cells: &[(String, u32)], rows: &[Row]) -> Report {
+        let mut by: BTreeMap<(String, u32), Cell> = BTreeMap::new();
         for r in rows {
-            if !cells.iter().any(|(p, b)| *p == r.policy && *b == r.budget) {
-                continue;
-            }
-            for kind in [None, Some(r.kind)] {
-                by.entry((r.policy.clone(), r.budget, kind))
-                    .or_default()
-                    .add(r);
+            if cells.iter().any(|(p, b)| *p == r.policy && *b == r.budget) {
+                by.entry((r.policy.clone(), r.budget)).or_default().add(r);
             }
         }
         Report {
@@ -84,15 +100,24 @@ impl Report {
         }
     }
 
-    pub fn get(&self, policy: &str, budget: u32, kind: Option<Kind>) -> Cell {
+    pub fn get(&self, policy: &str, budget: u32) -> Cell {
         self.by
-            .get(&(policy.to_string(), budget, kind))
+            .get(&(policy.to_string(), budget))
             .cloned()
             .unwrap_or_default()
     }
 
-    /// Policy × budget: accuracy [Wilson 95%] (k/n) and mean generated length; `*` marks a cell
-    /// whose mean length is under `--min-ratio` × budget.
+    fn entry(c: &Cell, mark: &str) -> String {
+        format!(
+            " {}, turns {}, {:.0} tok{mark} |",
+            fmt_accuracy(c.k, c.n),
+            fmt_accuracy(c.turns_right, c.turns),
+            c.mean_len()
+        )
+    }
+
+    /// Policy × budget: conversations right [Wilson 95%] (k/n), turns right and mean generated tokens
+    /// per conversation; `*` marks a cell whose mean length is under `--min-ratio` × budget.
     pub fn table(&self, s: &ReasonSettings) -> String {
         let mut t = String::from("| policy |");
         for b in &s.budgets {
@@ -103,76 +128,68 @@ impl Report {
             t.push_str(" --- |");
         }
         t.push('\n');
-        let full = self.get("none", 0, None);
+        let full = self.get("none", 0);
         t.push_str("| none (full cache) |");
         for _ in &s.budgets {
-            let _ = write!(
-                t,
-                " {}, {:.0} tok |",
-                fmt_accuracy(full.k, full.n),
-                full.mean_len()
-            );
+            t.push_str(&Self::entry(&full, ""));
         }
         t.push('\n');
         for p in &s.policies {
             let _ = write!(t, "| {p} |");
             for &b in &s.budgets {
-                let c = self.get(p, b, None);
+                let c = self.get(p, b);
                 let mark = if c.flagged(b, s.min_ratio) { " *" } else { "" };
-                let _ = write!(
-                    t,
-                    " {}, {:.0} tok{mark} |",
-                    fmt_accuracy(c.k, c.n),
-                    c.mean_len()
-                );
+                t.push_str(&Self::entry(&c, mark));
             }
             t.push('\n');
         }
         let _ = write!(
             t,
-            "\nAccuracy [Wilson 95% interval] (right/answered), mean generated tokens. `*`: mean \
-             length under {} x the budget, too short for the budget to be tested.\n",
+            "\nConversations with every turn right [Wilson 95% interval] (right/run), turns (problems) \
+             right [Wilson 95% interval over turns; turns of one conversation are not independent, so \
+             read it as a lower bound on the spread], mean tokens generated per conversation. `*`: mean length under {} x the budget, \
+             too short for the budget to be tested.\n",
             s.min_ratio
         );
         t
     }
 
-    /// Per kind of problem: single problems and chains, with the share of chain answers right.
-    pub fn kind_table(&self, s: &ReasonSettings) -> String {
+    /// Per cell: conversations right, the last turn right, turns right, the turns that start from
+    /// an earlier answer, lengths, cut turns and evicted cells.
+    pub fn detail_table(&self) -> String {
         let mut t = String::from(
-            "| policy | budget | single problems | chains | chain answers right | cut at the limit |\n\
-             | --- | --- | --- | --- | --- | --- |\n",
+            "| policy | budget | conversations right | last turn right | turns right | turns reaching back right | tokens per turn | turns cut | cells evicted per conversation |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
         for (p, b) in &self.cells {
-            let single = self.get(p, *b, Some(Kind::Single));
-            let chain = self.get(p, *b, Some(Kind::Chain));
-            let all = self.get(p, *b, None);
+            let c = self.get(p, *b);
             let _ = writeln!(
                 t,
-                "| {p} | {} | {} | {} | {} | {}/{} |",
+                "| {p} | {} | {} | {} | {} | {} | {:.0} | {}/{} | {:.0} |",
                 if *b == 0 { "–".into() } else { b.to_string() },
-                fmt_accuracy(single.k, single.n),
-                fmt_accuracy(chain.k, chain.n),
-                if chain.parts == 0 {
-                    "–".to_string()
+                fmt_accuracy(c.k, c.n),
+                pct(c.final_right, c.n),
+                pct(c.turns_right, c.turns),
+                pct(c.back_right, c.back),
+                if c.turns == 0 {
+                    f64::NAN
                 } else {
-                    format!(
-                        "{:.0}% ({}/{})",
-                        100.0 * chain.parts_right as f64 / chain.parts as f64,
-                        chain.parts_right,
-                        chain.parts
-                    )
+                    c.tokens as f64 / c.turns as f64
                 },
-                all.cut,
-                all.n
+                c.cut,
+                c.turns,
+                if c.n == 0 {
+                    f64::NAN
+                } else {
+                    c.evicted as f64 / c.n as f64
+                }
             );
         }
-        let _ = s;
         t
     }
 
-    /// --quick: the table has header, separator, the full cache's row and one per policy, a column per budget, and
-    /// every cell its answers.
+    /// --quick: the table has header, separator, the full cache's row and one per policy, a
+    /// column per budget, and every cell its conversations.
     pub fn check_shape(&self, s: &ReasonSettings) -> Result<(), String> {
         let table = self.table(s);
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
@@ -185,11 +202,11 @@ impl Report {
             }
         }
         for (p, b) in &self.cells {
-            let c = self.get(p, *b, None);
-            if c.n != s.problems as u64 {
+            let c = self.get(p, *b);
+            if c.n != s.conversations as u64 || c.turns != c.n * s.shape.turns as u64 {
                 return Err(format!(
-                    "--quick: {p} at {b}: {} answers, expected {}",
-                    c.n, s.problems
+                    "--quick: {p} at {b}: {} conversations ({} turns), expected {} of {} turns",
+                    c.n, c.turns, s.conversations, s.shape.turns
                 ));
             }
         }
@@ -198,26 +215,27 @@ impl Report {
 
     pub fn csv(&self) -> String {
         let mut t = String::from(
-            "policy,budget,kind,correct,n,accuracy,wilson_lo,wilson_hi,mean_tokens,parts_right,parts,cut\n",
+            "policy,budget,correct,n,accuracy,wilson_lo,wilson_hi,final_right,turns_right,turns,back_right,back,mean_tokens,cut,evicted\n",
         );
         for (p, b) in &self.cells {
-            for kind in [None, Some(Kind::Single), Some(Kind::Chain)] {
-                let c = self.get(p, *b, kind);
-                let (lo, hi) = wilson(c.k, c.n);
-                let _ = writeln!(
-                    t,
-                    "{},{b},{},{},{},{:.4},{lo:.4},{hi:.4},{:.1},{},{},{}",
-                    csv_field(p),
-                    kind.map_or("all", Kind::as_str),
-                    c.k,
-                    c.n,
-                    c.rate(),
-                    c.mean_len(),
-                    c.parts_right,
-                    c.parts,
-                    c.cut
-                );
-            }
+            let c = self.get(p, *b);
+            let (lo, hi) = wilson(c.k, c.n);
+            let _ = writeln!(
+                t,
+                "{},{b},{},{},{:.4},{lo:.4},{hi:.4},{},{},{},{},{},{:.1},{},{}",
+                csv_field(p),
+                c.k,
+                c.n,
+                c.rate(),
+                c.final_right,
+                c.turns_right,
+                c.turns,
+                c.back_right,
+                c.back,
+                c.mean_len(),
+                c.cut,
+                c.evicted
+            );
         }
         t
     }
@@ -226,22 +244,23 @@ impl Report {
         let mut m = String::from("# Chain-of-thought accuracy (beaconkv-bench reason)\n\n");
         let _ = writeln!(
             m,
-            "Model `{}`; {} problems per cell (half chains of {} word problems of {} steps, half \
-             single problems of {} steps), seed {}, at most {} generated tokens, greedy, {} \
+            "Model `{}`; {} conversations per cell of {} turns (one word problem of {} operations each; \
+             from the third turn on, each starts from the answer of a turn at least two back), seed \
+             {}, at most {} generated tokens per turn, greedy, {} conversations decoded together, {} \
              thread(s); this invocation took {:.0} s.\n",
             model.display(),
-            s.problems,
-            s.shape.parts,
+            s.conversations,
+            s.shape.turns,
             s.shape.steps,
-            s.shape.single_steps,
             s.seed,
             s.n_tokens,
+            s.parallel,
             s.run.threads,
             seconds
         );
         m.push_str(&self.table(s));
-        m.push_str("\n## By kind of problem\n\n");
-        m.push_str(&self.kind_table(s));
+        m.push_str("\n## Per cell\n\n");
+        m.push_str(&self.detail_table());
         m
     }
 
@@ -251,22 +270,35 @@ impl Report {
             *s.budgets.iter().min().unwrap_or(&1) as f64,
             *s.budgets.iter().max().unwrap_or(&1) as f64,
         );
-        let full = self.get("none", 0, None);
+        let full = self.get("none", 0);
         let mut written = Vec::new();
         for length in [false, true] {
             let value = |c: &Cell| if length { c.mean_len() } else { c.rate() };
+            // the policies' points side by side around each budget (log2 x), so that the
+            // intervals do not hide one another
+            let n = s.policies.len().max(1) as f64;
             let mut series: Vec<Series> = s
                 .policies
                 .iter()
-                .map(|p| Series {
-                    label: p.clone(),
-                    points: s
+                .enumerate()
+                .map(|(i, p)| {
+                    let shift = 2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03);
+                    let cells: Vec<(f64, Cell)> = s
                         .budgets
                         .iter()
-                        .map(|&b| (b as f64, value(&self.get(p, b, None))))
-                        .filter(|(_, y)| y.is_finite())
-                        .collect(),
-                    dashed: false,
+                        .map(|&b| (b as f64 * shift, self.get(p, b)))
+                        .filter(|(_, c)| value(c).is_finite())
+                        .collect();
+                    Series {
+                        label: p.clone(),
+                        points: cells.iter().map(|(x, c)| (*x, value(c))).collect(),
+                        dashed: false,
+                        errors: if length {
+                            Vec::new()
+                        } else {
+                            cells.iter().map(|(_, c)| wilson(c.k, c.n)).collect()
+                        },
+                    }
                 })
                 .collect();
             if full.n > 0 {
@@ -274,10 +306,11 @@ impl Report {
                     label: if length {
                         format!("full cache ({:.0} tokens)", full.mean_len())
                     } else {
-                        format!("full cache ({:.0}%)", 100.0 * full.rate())
+                        format!("full cache ({})", fmt_accuracy(full.k, full.n))
                     },
                     points: vec![(lo, value(&full)), (hi, value(&full))],
                     dashed: true,
+                    errors: Vec::new(),
                 });
             }
             if length {
@@ -289,6 +322,7 @@ impl Report {
                         .map(|&b| (b as f64, s.min_ratio * b as f64))
                         .collect(),
                     dashed: true,
+                    errors: Vec::new(),
                 });
             }
             let path = dir.join(if length { "length.png" } else { "accuracy.png" });
@@ -301,9 +335,9 @@ impl Report {
                 },
                 x_desc: "KV budget (cells)",
                 y_desc: if length {
-                    "mean generated tokens"
+                    "mean generated tokens per conversation"
                 } else {
-                    "problems answered right"
+                    "conversations with every turn right (Wilson 95%)"
                 },
                 x_log2: true,
                 y_min: Some(0.0),

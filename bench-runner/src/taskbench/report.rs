@@ -395,6 +395,7 @@ pub fn plot_tasks(
                     })
                     .collect(),
                 dashed: false,
+                errors: Vec::new(),
             })
             .collect();
         if let Some(a) = acc.get(&(t, 0, "none".into(), 0)) {
@@ -402,6 +403,7 @@ pub fn plot_tasks(
                 label: format!("full cache ({:.0}%)", 100.0 * a.rate()),
                 points: vec![(lo, a.rate()), (hi, a.rate())],
                 dashed: true,
+                errors: Vec::new(),
             });
         }
         let path = dir.join(format!("accuracy_{t}.png"));
@@ -457,6 +459,7 @@ pub fn plot_tasks(
                         },
                         points,
                         dashed: none,
+                        errors: Vec::new(),
                     });
                 }
                 let what = if kl { "kl" } else { "top1" };
