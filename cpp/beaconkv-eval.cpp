@@ -9,8 +9,8 @@
 //   beaconkv-eval --mode trace   --tasks FILE.jsonl [--n-tokens N] [--chunk N] [--bucket N] [--free-max N]
 //                                --configs LIST ...   (own-trace fidelity)
 //   beaconkv-eval --mode reason  --tasks FILE.jsonl [--n-tokens N] [--chunk N] [-np N] --configs LIST ...
-//                                (multi-turn chain-of-thought sessions, -np of them decoded together;
-//                                one JSON line per finished session on stdout)
+//                                (multi-turn chain-of-thought conversations, -np of them decoded together;
+//                                one JSON line per finished conversation on stdout)
 //   beaconkv-eval --mode count   --tasks FILE.jsonl   (token counts of task documents)
 //   beaconkv-eval --mode configs --configs LIST   (check the configs and print their specs; no model)
 //   common llama.cpp flags (-m, -t, -fa, -ctk, ...) as usual; --out FILE.json for the results;
@@ -809,7 +809,7 @@ std::string run_task(llama_model * model, const common_params & params, const st
     return dump_json({{"results", results}});
 }
 
-// ---- reason mode: multi-turn sessions, decoded together ---------------------------------------
+// ---- reason mode: multi-turn conversations, decoded together ---------------------------------------
 
 // A conversation rendered by the model's chat template; without one, "role: text" paragraphs.
 std::string render_chat(const llama_model * model, const std::vector<std::pair<std::string, std::string>> & msgs,
@@ -837,9 +837,9 @@ std::string render_chat(const llama_model * model, const std::vector<std::pair<s
     return n < 0 ? std::string() : std::string(buf.data(), n);
 }
 
-// One session of `--mode reason` in one sequence: its turns, where it is, what it produced.
+// One conversation of `--mode reason` in one sequence: its turns, where it is, what it produced.
 struct reason_seq {
-    int session = -1;                    // index into the sessions; -1 = the sequence is free
+    int conversation = -1;                    // index into the conversations; -1 = the sequence is free
     size_t turn = 0;                     // the turn being prompted or answered
     std::vector<std::pair<std::string, std::string>> msgs;  // the conversation so far
     std::string rendered;                // the conversation as fed (through the assistant header)
@@ -855,48 +855,48 @@ struct reason_seq {
     nlohmann::json turns = nlohmann::json::array();
 };
 
-// Multi-turn chain-of-thought sessions (the bench generates them): each line of --tasks is
-// {"id", "system" (optional), "turns": ["...", ...]}. Per config, -np sessions run at once, one
+// Multi-turn chain-of-thought conversations (the bench generates them): each line of --tasks is
+// {"id", "system" (optional), "turns": ["...", ...]}. Per config, -np conversations run at once, one
 // sequence each in one context (its own stream and its own compression state, the same budget):
 // every llama_decode call carries one token per answering sequence and a chunk of the prompt of
 // each sequence whose turn is being prompted. A turn's prompt is what the chat template adds to
 // the conversation so far (the previous answer's end, the new user turn, the assistant header);
-// the answer is greedy, up to --n-tokens tokens or an end-of-generation token. A finished session
-// prints one JSON line on stdout at once and its sequence takes the next session. Scoring is the
+// the answer is greedy, up to --n-tokens tokens or an end-of-generation token. A finished conversation
+// prints one JSON line on stdout at once and its sequence takes the next conversation. Scoring is the
 // bench's.
 std::string run_reason(llama_model * model, const common_params & params, const std::vector<config> & cfgs,
                        const eval_args & a) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
     const int n_vocab = llama_vocab_n_tokens(vocab);
-    const std::vector<nlohmann::json> sessions = read_jsonl(a.tasks);
-    if (sessions.empty()) {
-        fprintf(stderr, "error: --mode reason needs --tasks FILE.jsonl with at least one session\n");
+    const std::vector<nlohmann::json> conversations = read_jsonl(a.tasks);
+    if (conversations.empty()) {
+        fprintf(stderr, "error: --mode reason needs --tasks FILE.jsonl with at least one conversation\n");
         return "";
     }
     if (a.n_tokens < 1) {
         fprintf(stderr, "error: --n-tokens must be at least 1, got %d\n", a.n_tokens);
         return "";
     }
-    const int n_par = std::max(1, std::min<int>(params.n_parallel, (int) sessions.size()));
-    // each session's turns as text; the most tokens one sequence can reach
+    const int n_par = std::max(1, std::min<int>(params.n_parallel, (int) conversations.size()));
+    // each conversation's turns as text; the most tokens one sequence can reach
     std::vector<std::string> ids, systems;
     std::vector<std::vector<std::string>> turn_text;
     size_t most = 0;
-    for (size_t i = 0; i < sessions.size(); i++) {
-        const nlohmann::json & s = sessions[i];
+    for (size_t i = 0; i < conversations.size(); i++) {
+        const nlohmann::json & s = conversations[i];
         ids.push_back(s.value("id", std::to_string(i)));
         systems.push_back(s.value("system", std::string()));
         std::vector<std::string> t;
         for (const nlohmann::json & x : s.value("turns", nlohmann::json::array())) {
             t.push_back(x.is_string() ? x.get<std::string>() : std::string());
             if (t.back().empty()) {
-                fprintf(stderr, "error: --tasks session '%s': turn %zu is not a non-empty string\n", ids.back().c_str(),
+                fprintf(stderr, "error: --tasks conversation '%s': turn %zu is not a non-empty string\n", ids.back().c_str(),
                         t.size());
                 return "";
             }
         }
         if (t.empty()) {
-            fprintf(stderr, "error: --tasks session '%s' has no turns\n", ids.back().c_str());
+            fprintf(stderr, "error: --tasks conversation '%s' has no turns\n", ids.back().c_str());
             return "";
         }
         // the conversation with empty answers, plus every answer at its cap and a margin per turn
@@ -940,7 +940,7 @@ std::string run_reason(llama_model * model, const common_params & params, const 
             return "";
         }
         std::vector<reason_seq> seqs(n_par);
-        size_t next_session = 0;
+        size_t next_conversation = 0;
         uint64_t n_gen_all = 0, n_prompt_all = 0, n_calls = 0;
         double decode_ms = 0;
         const auto t_start = clock_type::now();
@@ -952,23 +952,23 @@ std::string run_reason(llama_model * model, const common_params & params, const 
             s.generating = false;
             s.gen.clear();
         };
-        // the sequence takes the next session, if any
+        // the sequence takes the next conversation, if any
         auto start = [&](int seq) {
             reason_seq & s = seqs[seq];
             s = reason_seq();
-            if (next_session >= sessions.size()) {
+            if (next_conversation >= conversations.size()) {
                 return;
             }
-            s.session = (int) next_session++;
+            s.conversation = (int) next_conversation++;
             s.started = clock_type::now();
-            if (!systems[s.session].empty()) {
-                s.msgs.push_back({"system", systems[s.session]});
+            if (!systems[s.conversation].empty()) {
+                s.msgs.push_back({"system", systems[s.conversation]});
             }
-            s.msgs.push_back({"user", turn_text[s.session][0]});
+            s.msgs.push_back({"user", turn_text[s.conversation][0]});
             s.rendered = render_chat(model, s.msgs, true);
             tokenize_turn(s, s.rendered, true);
         };
-        // the turn's answer is done: record it, then prompt the next turn or finish the session
+        // the turn's answer is done: record it, then prompt the next turn or finish the conversation
         auto end_turn = [&](int seq, bool stopped) -> bool {
             reason_seq & s = seqs[seq];
             const std::string out = common_detokenize(vocab, s.gen, false);
@@ -977,7 +977,7 @@ std::string run_reason(llama_model * model, const common_params & params, const 
             n_gen_all += s.gen.size();
             s.turn++;
             progress(++done, total);
-            const std::vector<std::string> & t = turn_text[s.session];
+            const std::vector<std::string> & t = turn_text[s.conversation];
             if (s.turn < t.size()) {
                 // what the template puts after an answer, then the next user turn and the assistant header
                 const std::string before = s.rendered + out;
@@ -987,17 +987,17 @@ std::string run_reason(llama_model * model, const common_params & params, const 
                 const std::string next = render_chat(model, s.msgs, true);
                 if (closed.compare(0, before.size(), before) != 0 || next.compare(0, closed.size(), closed) != 0) {
                     fprintf(stderr,
-                            "error: session '%s' turn %zu: the model's chat template does not extend the "
+                            "error: conversation '%s' turn %zu: the model's chat template does not extend the "
                             "conversation by appending (it rewrites earlier turns)\n",
-                            ids[s.session].c_str(), s.turn + 1);
+                            ids[s.conversation].c_str(), s.turn + 1);
                     return false;
                 }
                 s.rendered = next;
                 tokenize_turn(s, closed.substr(before.size()) + next.substr(closed.size()), false);
                 return true;
             }
-            // the session is done: its line, then the sequence is cleared for the next one
-            nlohmann::json row = {{"id", ids[s.session]}, {"config", c.name}, {"policy", c.policy},
+            // the conversation is done: its line, then the sequence is cleared for the next one
+            nlohmann::json row = {{"id", ids[s.conversation]}, {"config", c.name}, {"policy", c.policy},
                                   {"budget", c.budget}, {"turns", s.turns}};
             int n_prompt = 0, n_gen = 0;
             for (const nlohmann::json & x : s.turns) {
@@ -1038,12 +1038,12 @@ std::string run_reason(llama_model * model, const common_params & params, const 
             // one token per answering sequence first, so that every one of them fits
             int room = n_batch;
             for (int i = 0; i < n_par; i++) {
-                room -= seqs[i].session >= 0 && seqs[i].generating;
+                room -= seqs[i].conversation >= 0 && seqs[i].generating;
             }
             // in sequence order (llama.cpp splits a batch of several streams by consecutive sequences)
             for (int i = 0; i < n_par; i++) {
                 reason_seq & s = seqs[i];
-                if (s.session < 0) {
+                if (s.conversation < 0) {
                     continue;
                 }
                 if (s.generating) {
@@ -1071,7 +1071,7 @@ std::string run_reason(llama_model * model, const common_params & params, const 
                 room -= n;
             }
             if (batch.n_tokens == 0) {
-                break;  // every session is done (a prompting sequence always finds room)
+                break;  // every conversation is done (a prompting sequence always finds room)
             }
             const auto t0 = clock_type::now();
             const int ret = llama_decode(ctx, batch);
@@ -1083,7 +1083,7 @@ std::string run_reason(llama_model * model, const common_params & params, const 
                 break;
             }
             for (int i = 0; i < n_par; i++) {
-                if (seqs[i].session >= 0) {
+                if (seqs[i].conversation >= 0) {
                     seqs[i].cells_peak = std::max(seqs[i].cells_peak, bkv_tools::seq_cells(ctx, i));
                 }
             }
@@ -1114,7 +1114,7 @@ std::string run_reason(llama_model * model, const common_params & params, const 
         const plugin_numbers pn = plugin_stats(ctx);
         runs.push_back({{"config", c.name},
                         {"parallel", n_par},
-                        {"sessions", (int) sessions.size()},
+                        {"conversations", (int) conversations.size()},
                         {"n_gen", n_gen_all},
                         {"n_prompt", n_prompt_all},
                         {"decode_calls", n_calls},
@@ -1122,8 +1122,8 @@ std::string run_reason(llama_model * model, const common_params & params, const 
                         {"plugin_ms", pn.ms},
                         {"seconds", wall},
                         {"gen_tok_s", wall > 0 ? n_gen_all / wall : 0.0}});
-        fprintf(stderr, "%s: %zu sessions, -np %d: %llu tokens generated, %llu prompt tokens in %.1f s (%.1f generated tok/s)\n",
-                c.name.c_str(), sessions.size(), n_par, (unsigned long long) n_gen_all,
+        fprintf(stderr, "%s: %zu conversations, -np %d: %llu tokens generated, %llu prompt tokens in %.1f s (%.1f generated tok/s)\n",
+                c.name.c_str(), conversations.size(), n_par, (unsigned long long) n_gen_all,
                 (unsigned long long) n_prompt_all, wall, wall > 0 ? n_gen_all / wall : 0.0);
     }
     return dump_json({{"runs", runs}, {"results", results}});
