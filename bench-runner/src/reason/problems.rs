@@ -285,30 +285,21 @@ pub fn last_boxed(output: &str) -> Option<i64> {
 pub fn last_number(output: &str) -> Option<i64> {
     let b = output.as_bytes();
     let end = b.iter().rposition(u8::is_ascii_digit)? + 1;
-    let digits_from = |to: usize| {
-        let mut i = to;
-        while i > 0 && b[i - 1].is_ascii_digit() {
-            i -= 1;
-        }
-        i
+    let run_from = b[..end]
+        .iter()
+        .rposition(|c| !(c.is_ascii_digit() || *c == b','))
+        .map_or(0, |i| i + 1);
+    // the trailing groups of exactly three digits, then the group before them (one to three digits)
+    let groups: Vec<&str> = output[run_from..end].split(',').collect();
+    let threes = groups.iter().rev().take_while(|g| g.len() == 3).count();
+    let head = groups.len() - threes;
+    let take = match head {
+        _ if threes == 0 => 1,
+        0 => groups.len(),
+        _ if (1..=3).contains(&groups[head - 1].len()) => threes + 1,
+        _ => 1,
     };
-    let mut start = digits_from(end);
-    // groups of three digits after commas, e.g. "12,345,678"
-    while end - start >= 3
-        && (start..end).filter(|&i| b[i].is_ascii_digit()).count() % 3 == 0
-        && start >= 2
-        && b[start - 1] == b','
-        && b[start - 2].is_ascii_digit()
-        && digits_from(start - 1) < start - 1
-    {
-        let group = digits_from(start - 1);
-        if start - 1 - group > 3 {
-            break;
-        }
-        start = group;
-    }
-    let text: String = output[start..end].chars().filter(|c| *c != ',').collect();
-    text.parse().ok()
+    groups[groups.len() - take..].concat().parse().ok()
 }
 
 /// The answer of turn `k` (1-based): its `Answer: N` line; labelled with the problem

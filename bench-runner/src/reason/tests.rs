@@ -283,6 +283,8 @@ fn answer_lines_are_parsed() {
     assert_eq!(last_number("12,345,678 and 9"), Some(9));
     assert_eq!(last_number("12,345,678."), Some(12345678));
     assert_eq!(last_number("1234,567"), Some(567));
+    assert_eq!(last_number("has 123,456 now"), Some(123456));
+    assert_eq!(last_number("a,456"), Some(456));
     assert_eq!(last_number("no digits"), None);
     // an answer line wins over a later number
     assert_eq!(
