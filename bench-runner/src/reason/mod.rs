@@ -229,11 +229,12 @@ pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {
     }
 }
 
-/// Every cell: ("none", 0), then every policy × budget.
+/// Every cell: ("none", 0), then every policy at the first budget, every policy at the next, ...
+/// so that a run cut short has compared every policy at the budgets given first.
 pub fn cells(s: &ReasonSettings) -> Vec<(String, u32)> {
     let mut c = vec![("none".to_string(), 0)];
-    for p in &s.policies {
-        for &b in &s.budgets {
+    for &b in &s.budgets {
+        for p in &s.policies {
             c.push((p.clone(), b));
         }
     }

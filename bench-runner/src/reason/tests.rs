@@ -371,17 +371,20 @@ fn options() {
         "--policies",
         "rkv,beacon+archive/archive=1024",
         "--budgets",
-        "256",
+        "256,128",
     ])
     .unwrap();
     assert!(!c.default_policies);
     assert_eq!(c.policies, vec!["rkv", "beacon+archive/archive=1024"]);
+    // budget-major: a run cut short has every policy at the first budget
     assert_eq!(
         cells(&c),
         vec![
             ("none".to_string(), 0),
             ("rkv".to_string(), 256),
-            ("beacon+archive/archive=1024".to_string(), 256)
+            ("beacon+archive/archive=1024".to_string(), 256),
+            ("rkv".to_string(), 128),
+            ("beacon+archive/archive=1024".to_string(), 128)
         ]
     );
     assert_eq!(
