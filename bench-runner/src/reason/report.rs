@@ -273,7 +273,17 @@ impl Report {
         let full = self.get("none", 0);
         let mut written = Vec::new();
         for length in [false, true] {
-            let value = |c: &Cell| if length { c.mean_len() } else { c.rate() };
+            // accuracy per turn: at small budgets whole conversations are all wrong and would hide
+            // the differences between policies
+            let value = |c: &Cell| {
+                if length {
+                    c.mean_len()
+                } else if c.turns == 0 {
+                    f64::NAN
+                } else {
+                    c.turns_right as f64 / c.turns as f64
+                }
+            };
             // the policies' points side by side around each budget (log2 x), so that the
             // intervals do not hide one another
             let n = s.policies.len().max(1) as f64;
@@ -296,7 +306,10 @@ impl Report {
                         errors: if length {
                             Vec::new()
                         } else {
-                            cells.iter().map(|(_, c)| wilson(c.k, c.n)).collect()
+                            cells
+                                .iter()
+                                .map(|(_, c)| wilson(c.turns_right, c.turns))
+                                .collect()
                         },
                     }
                 })
@@ -306,7 +319,10 @@ impl Report {
                     label: if length {
                         format!("full cache ({:.0} tokens)", full.mean_len())
                     } else {
-                        format!("full cache ({})", fmt_accuracy(full.k, full.n))
+                        format!(
+                            "full cache ({})",
+                            fmt_accuracy(full.turns_right, full.turns)
+                        )
                     },
                     points: vec![(lo, value(&full)), (hi, value(&full))],
                     dashed: true,
@@ -337,7 +353,7 @@ impl Report {
                 y_desc: if length {
                     "mean generated tokens per conversation"
                 } else {
-                    "conversations with every turn right (Wilson 95%)"
+                    "turns right (Wilson 95% over turns)"
                 },
                 x_log2: true,
                 y_min: Some(0.0),
