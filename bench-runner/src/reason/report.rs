@@ -359,7 +359,12 @@ impl Report {
                 y_min: Some(0.0),
                 y_max: if length { None } else { Some(1.05) },
                 series,
-                legend: SeriesLabelPosition::LowerRight,
+                // accuracies under compression sit low, lengths high: the legend goes where they are not
+                legend: if length {
+                    SeriesLabelPosition::LowerRight
+                } else {
+                    SeriesLabelPosition::UpperRight
+                },
             })?;
             written.push(path);
         }
