@@ -55,6 +55,15 @@ impl Cell {
         }
     }
 
+    /// Share of turns right (NaN for an empty cell).
+    pub fn turn_rate(&self) -> f64 {
+        if self.turns == 0 {
+            f64::NAN
+        } else {
+            self.turns_right as f64 / self.turns as f64
+        }
+    }
+
     /// Mean tokens generated per conversation.
     pub fn mean_len(&self) -> f64 {
         if self.n == 0 {
@@ -275,15 +284,7 @@ impl Report {
         for length in [false, true] {
             // accuracy per turn: at small budgets whole conversations are all wrong and would hide
             // the differences between policies
-            let value = |c: &Cell| {
-                if length {
-                    c.mean_len()
-                } else if c.turns == 0 {
-                    f64::NAN
-                } else {
-                    c.turns_right as f64 / c.turns as f64
-                }
-            };
+            let value = |c: &Cell| if length { c.mean_len() } else { c.turn_rate() };
             // the policies' points side by side around each budget (log2 x), so that the
             // intervals do not hide one another
             let n = s.policies.len().max(1) as f64;
