@@ -19,7 +19,7 @@ pub fn policies_or(given: Option<Vec<String>>, defaults: &[&str]) -> Vec<String>
     given.unwrap_or_else(|| defaults.iter().map(|s| s.to_string()).collect())
 }
 
-/// `--policies` of both benchmarks: names of policies (with `+archive[_TYPE]`), never `none`.
+/// `--policies` of the agreement bench: names of policies (with `+archive[_TYPE]`), never `none`.
 pub fn check_policies(policies: &[String]) -> Result<(), String> {
     if policies.is_empty() {
         return Err("--policies needs at least one policy".into());
@@ -39,6 +39,52 @@ pub fn check_policies(policies: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A policy entry: a name (letters, digits, `_`, `-`, optionally `+archive[_TYPE]`), then
+/// optional `/key=value` spec keys. `none` is the reference and always measured.
+pub fn check_policy(p: &str) -> Result<(), String> {
+    let (name, keys) = p.split_once('/').unwrap_or((p, ""));
+    if name == "none" {
+        return Err(
+            "--policies: 'none' (the full cache) is the reference and always measured; alone it \
+             measures only the full cache"
+                .into(),
+        );
+    }
+    let name_ok = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-+".contains(c));
+    let keys_ok = keys.is_empty()
+        || keys.split('/').all(|kv| {
+            kv.split_once('=').is_some_and(|(k, v)| {
+                !k.is_empty()
+                    && !v.is_empty()
+                    && kv
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.=".contains(c))
+            })
+        });
+    if name_ok && keys_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "--policies: invalid entry '{p}' (NAME[+archive][/key=value...], e.g. beacon/score=prob)"
+        ))
+    }
+}
+
+/// The `beaconkv-eval` config of a policy entry at a budget: "beacon/score=prob" at 64 is
+/// "beacon:64/score=prob" (with `--extra` keys after it); `none` is "none".
+pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {
+    if policy == "none" {
+        return "none".into();
+    }
+    match policy.split_once('/') {
+        Some((name, keys)) => format!("{name}:{budget}/{keys}{extra}"),
+        None => format!("{policy}:{budget}{extra}"),
+    }
 }
 
 /// Seconds since the Unix epoch (0 on a clock set before it): the run's start, which also names

@@ -22,7 +22,8 @@ mod tests;
 
 pub use driver::run;
 
-use crate::args::pick;
+pub use crate::args::config_of;
+use crate::args::{check_policy, pick};
 use problems::Shape;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -58,7 +59,7 @@ pub struct ReasonCli {
     /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
-    /// Conversations per cell [default: 10, 140 problems at 14 turns; --quick: 2]
+    /// Conversations per cell [default: 8, 112 problems at 14 turns; --quick: 2]
     #[arg(long, value_name = "N")]
     pub conversations: Option<u32>,
     /// Turns (problems) per conversation; from the third on, each starts from the answer of a turn at
@@ -114,40 +115,6 @@ pub struct ReasonSettings {
     pub run: crate::run::EvalOptions,
 }
 
-/// A policy entry: a name (letters, digits, `_`, `-`, optionally `+archive[_TYPE]`), then
-/// optional `/key=value` spec keys. `none` is the reference and always measured.
-pub fn check_policy(p: &str) -> Result<(), String> {
-    let (name, keys) = p.split_once('/').unwrap_or((p, ""));
-    if name == "none" {
-        return Err(
-            "--policies: 'none' (the full cache) is the reference and always measured; alone it \
-             measures only the full cache"
-                .into(),
-        );
-    }
-    let name_ok = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-+".contains(c));
-    let keys_ok = keys.is_empty()
-        || keys.split('/').all(|kv| {
-            kv.split_once('=').is_some_and(|(k, v)| {
-                !k.is_empty()
-                    && !v.is_empty()
-                    && kv
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || "_-.=".contains(c))
-            })
-        });
-    if name_ok && keys_ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "--policies: invalid entry '{p}' (NAME[+archive][/key=value...], e.g. beacon/score=prob)"
-        ))
-    }
-}
-
 pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
     let budgets = pick(cli.budgets, quick, vec![32, 64], vec![256, 384]);
@@ -170,7 +137,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     if dedup.len() != policies.len() {
         return Err("--policies: an entry is given twice".into());
     }
-    let conversations = pick(cli.conversations, quick, 2, 10);
+    let conversations = pick(cli.conversations, quick, 2, 8);
     let turns = pick(cli.turns, quick, 3, 14);
     let steps = pick(cli.steps, quick, 1, 3);
     let n_tokens = pick(cli.n_tokens, quick, 16, 256);
@@ -215,18 +182,6 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
         out: cli.out,
         run,
     })
-}
-
-/// The `beaconkv-eval` config of a policy entry at a budget: "beacon/score=prob" at 64 is
-/// "beacon:64/score=prob" (with `--extra` keys after it); `none` is "none".
-pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {
-    if policy == "none" {
-        return "none".into();
-    }
-    match policy.split_once('/') {
-        Some((name, keys)) => format!("{name}:{budget}/{keys}{extra}"),
-        None => format!("{policy}:{budget}{extra}"),
-    }
 }
 
 /// Every cell: ("none", 0), then every policy at the first budget, every policy at the next, ...

@@ -347,7 +347,7 @@ fn options() {
     assert!(s.policies.contains(&"rkv".to_string()));
     assert_eq!(
         (s.conversations, s.n_tokens, s.parallel, s.min_ratio),
-        (10, 256, 24, 4.0)
+        (8, 256, 24, 4.0)
     );
     assert_eq!(
         s.shape,

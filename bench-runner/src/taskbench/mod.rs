@@ -18,7 +18,7 @@ mod tests;
 
 pub use driver::run;
 
-use crate::args::{check_policies, pick, policies_or};
+use crate::args::{check_policy, config_of, pick, policies_or};
 use crate::tasks::{Task, TRACE_PROMPTS};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -48,7 +48,7 @@ pub struct TasksCli {
     /// KV budgets in cells [default: 256,512,1024; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
-    /// Eviction policies [default: beacon,recent,streaming,random]
+    /// Eviction policies, each NAME[+archive][/key=value...], e.g. beacon/score=prob [default: beacon,recent,streaming,random]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Tasks [default: niah,multikey,vt,chain]
@@ -135,7 +135,12 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
         return Err("--budgets needs numbers of at least 8, e.g. 256,512".into());
     }
-    check_policies(&policies)?;
+    if policies.is_empty() {
+        return Err("--policies needs at least one policy".into());
+    }
+    for p in &policies {
+        check_policy(p)?;
+    }
     if tasks.is_empty() || lengths.is_empty() || lengths.iter().any(|&l| l < 64) {
         return Err("--tasks and --lengths (at least 64 tokens) must not be empty".into());
     }
@@ -182,7 +187,7 @@ pub fn configs(s: &TaskSettings) -> Vec<String> {
     let mut c = vec!["none".to_string()];
     for p in &s.policies {
         for b in &s.budgets {
-            c.push(format!("{p}:{b}{}", s.run.extra));
+            c.push(config_of(p, *b, &s.run.extra));
         }
     }
     c

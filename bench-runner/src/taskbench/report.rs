@@ -2,6 +2,7 @@
 
 use super::rows::{Scored, TraceRow, TraceRun};
 use super::{configs, TaskSettings};
+use crate::args::config_of;
 use crate::plot::{draw_chart, init_fonts, Chart, Series};
 use crate::results::csv_field;
 use crate::tasks::{fmt_accuracy, wilson, Task};
@@ -428,7 +429,7 @@ pub fn plot_tasks(
                 let mut cfgs: Vec<String> = s
                     .policies
                     .iter()
-                    .map(|p| format!("{p}:{b}{}", s.run.extra))
+                    .map(|p| config_of(p, b, &s.run.extra))
                     .collect();
                 if !kl {
                     cfgs.push("none".into());

@@ -49,6 +49,25 @@ fn rejects_bad_options() {
     assert!(settings(&["--trace-prompts", "9"]).is_err());
     assert!(settings(&["--tasks", "bogus"]).is_err());
     assert!(settings(&["--extra", "x"]).is_err());
+    let e = settings(&["--policies", "beacon/score"]).unwrap_err();
+    assert!(e.contains("beacon/score"), "{e}");
+}
+
+#[test]
+fn policy_entries_carry_spec_keys() {
+    let s = settings(&[
+        "--policies",
+        "beacon/score=prob,rkv",
+        "--budgets",
+        "64",
+        "--extra",
+        "span=3",
+    ])
+    .unwrap();
+    assert_eq!(
+        configs(&s),
+        vec!["none", "beacon:64/score=prob/span=3", "rkv:64/span=3"]
+    );
 }
 
 #[test]
