@@ -73,6 +73,20 @@ pub fn check_policy(p: &str) -> Result<(), String> {
     }
 }
 
+/// Every entry of a `--policies` list checked by [`check_policy`], none given twice.
+pub fn check_policy_entries(policies: &[String]) -> Result<(), String> {
+    for p in policies {
+        check_policy(p)?;
+    }
+    let mut dedup = policies.to_vec();
+    dedup.sort();
+    dedup.dedup();
+    if dedup.len() != policies.len() {
+        return Err("--policies: an entry is given twice".into());
+    }
+    Ok(())
+}
+
 /// The `beaconkv-eval` config of a policy entry at a budget: "beacon/score=prob" at 64 is
 /// "beacon:64/score=prob" (with `--extra` keys after it); `none` is "none".
 pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {

@@ -23,7 +23,7 @@ mod tests;
 pub use driver::run;
 
 pub use crate::args::config_of;
-use crate::args::{check_policy, pick};
+use crate::args::{check_policy_entries, pick};
 use problems::Shape;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -128,15 +128,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
         return Err("--budgets needs numbers of at least 8, e.g. 128,256".into());
     }
-    for p in &policies {
-        check_policy(p)?;
-    }
-    let mut dedup = policies.clone();
-    dedup.sort();
-    dedup.dedup();
-    if dedup.len() != policies.len() {
-        return Err("--policies: an entry is given twice".into());
-    }
+    check_policy_entries(&policies)?;
     let conversations = pick(cli.conversations, quick, 2, 8);
     let turns = pick(cli.turns, quick, 3, 14);
     let steps = pick(cli.steps, quick, 1, 3);

@@ -18,7 +18,7 @@ mod tests;
 
 pub use driver::run;
 
-use crate::args::{check_policy, config_of, pick, policies_or};
+use crate::args::{check_policy_entries, config_of, pick, policies_or};
 use crate::tasks::{Task, TRACE_PROMPTS};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -138,9 +138,7 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
     if policies.is_empty() {
         return Err("--policies needs at least one policy".into());
     }
-    for p in &policies {
-        check_policy(p)?;
-    }
+    check_policy_entries(&policies)?;
     if tasks.is_empty() || lengths.is_empty() || lengths.iter().any(|&l| l < 64) {
         return Err("--tasks and --lengths (at least 64 tokens) must not be empty".into());
     }

@@ -51,6 +51,8 @@ fn rejects_bad_options() {
     assert!(settings(&["--extra", "x"]).is_err());
     let e = settings(&["--policies", "beacon/score"]).unwrap_err();
     assert!(e.contains("beacon/score"), "{e}");
+    let e = settings(&["--policies", "rkv,rkv"]).unwrap_err();
+    assert!(e.contains("twice"), "{e}");
 }
 
 #[test]
