@@ -87,8 +87,9 @@ typedef struct beaconkv_params {
     uint64_t seed;       /* [seed]    seed of the random policy; default 42                             */
     int32_t  read_copy;  /* [read]    0 = auto (read host memory directly), 1 = copy: always go through
                                       host->read_rows, the path device/remote buffers take (testing)    */
-    int32_t  score;      /* [score]   0 = logit: max of q·k/sqrt(d) (the method); 1 = prob: max of the
-                                      query's attention probability (log-softmax over the cells)        */
+    int32_t  score;      /* [score]   1 = prob: max of the query's attention probability (log-softmax
+                                      over the cells); default. 0 = logit: max of q·k/sqrt(d) (the
+                                      method as published)                                              */
     int32_t  prefix_max; /* [prefix_max] with prefix = prompt: at most this many of the prompt's first
                                       cells are protected; 0 = budget/4 (default). A value of at least
                                       min - window lifts the bound (the prefix is always capped there)  */

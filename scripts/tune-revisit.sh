@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The revisit-perplexity experiments behind the revisit decisions in docs/design.md: every variant of the beacon
-# policy and the baselines on the same lockstep runs, per budget. Results: results/tuning/*.json
+# policy (the method's logit scores and the default probability scores) and the
+# baselines on the same lockstep runs, per budget. Results: results/tuning/*.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${MODEL:-$(scripts/fetch-models.sh smollm2)}"
@@ -18,10 +19,10 @@ for r in d["results"]:
     print(f"  {r['config']:36s} top1 {r['top1']:.3f}  KL {r['kl']:.4f}  revisit ppl {r['ppl']:.2f}")
 PY
 }
-run revisit128 "beacon:128,beacon:128/reduce=zmean,beacon:128/reduce=rank,beacon:128/span=5,beacon:128/beacons=32/recent=32,beacon:128/min=120,recent:128,streaming:128,random:128"
+run revisit128 "beacon:128/score=logit,beacon:128/score=logit/reduce=zmean,beacon:128/score=logit/reduce=rank,beacon:128/score=logit/span=5,beacon:128/score=logit/beacons=32/recent=32,beacon:128/score=logit/min=120,recent:128/score=logit,streaming:128,random:128"
 for B in 256 512; do
-    run "revisit$B" "beacon:$B,beacon:$B/reduce=rank,beacon:$B/span=5,beacon:$B/span=9,beacon:$B/span=5/reduce=rank,recent:$B,streaming:$B,random:$B"
+    run "revisit$B" "beacon:$B/score=logit,beacon:$B/score=logit/reduce=rank,beacon:$B/score=logit/span=5,beacon:$B/score=logit/span=9,beacon:$B/score=logit/span=5/reduce=rank,recent:$B/score=logit,streaming:$B,random:$B"
 done
 for B in 128 256 512; do
-    run "revisit-prob$B" "beacon:$B,beacon:$B/score=prob,beacon:$B/score=prob/reduce=rank,beacon:$B/score=prob/span=5,recent:$B/score=prob,streaming:$B,random:$B"
+    run "revisit-prob$B" "beacon:$B/score=logit,beacon:$B/score=prob,beacon:$B/score=prob/reduce=rank,beacon:$B/score=prob/span=5,recent:$B/score=prob,streaming:$B,random:$B"
 done

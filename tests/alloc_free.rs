@@ -155,6 +155,8 @@ fn check(spec: &str, via_read_rows: bool) {
 #[test]
 fn beacon_hot_path_does_not_allocate() {
     check("beacon,budget=256,beacons=8,recent=8", false);
+    // the method's logit scores take the pruned path
+    check("beacon,budget=256,beacons=8,recent=8,score=logit", false);
 }
 
 #[test]

@@ -123,7 +123,7 @@ fn spec_flag_sets_every_key() {
         "prefix_max=20",
         "reduce=zmean",
         "span=3",
-        "score=prob",
+        "score=logit",
         "read=copy",
         "qcap=16",
         "seed=7",

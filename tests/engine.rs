@@ -618,14 +618,15 @@ fn bad_hadamard_block_skips_the_layer() {
 }
 
 /// Passes over 12 layers: the scorer scores every cell on 8 layers only and stops scoring the
-/// cells that can no longer be evicted (`reduce=max`, no archive). What is evicted must still be
+/// cells that can no longer be evicted (`reduce=max`, `score=logit`, no archive). What is evicted must still be
 /// exactly the full pass's choice: the reference scores every cell on every layer (recent
 /// policy, one query: the last token's, no RoPE), pass after pass as the layer order adapts.
 #[test]
 fn pruned_passes_evict_what_full_passes_would() {
     const LAYERS: usize = 12;
     let (n_head, n_kv) = (4usize, 2usize);
-    let params = Params::parse("recent,recent=1,budget=96,min=64,window=8,prefix=4").unwrap();
+    let params =
+        Params::parse("recent,recent=1,budget=96,min=64,window=8,prefix=4,score=logit").unwrap();
     let mut host = FakeHost::new(LAYERS, n_head, n_kv, D, 256, 8);
     let mut engine = Engine::new(params, &mut host);
     let mut rng = Lcg(11);

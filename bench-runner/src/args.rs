@@ -19,28 +19,6 @@ pub fn policies_or(given: Option<Vec<String>>, defaults: &[&str]) -> Vec<String>
     given.unwrap_or_else(|| defaults.iter().map(|s| s.to_string()).collect())
 }
 
-/// `--policies` of the agreement bench: names of policies (with `+archive[_TYPE]`), never `none`.
-pub fn check_policies(policies: &[String]) -> Result<(), String> {
-    if policies.is_empty() {
-        return Err("--policies needs at least one policy".into());
-    }
-    for p in policies {
-        if p == "none" {
-            return Err(
-                "--policies: 'none' (the full cache) is the reference and always measured".into(),
-            );
-        }
-        if p.is_empty()
-            || !p
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '+')
-        {
-            return Err(format!("--policies: invalid policy name '{p}'"));
-        }
-    }
-    Ok(())
-}
-
 /// A policy entry: a name (letters, digits, `_`, `-`, optionally `+archive[_TYPE]`), then
 /// optional `/key=value` spec keys. `none` is the reference and always measured.
 pub fn check_policy(p: &str) -> Result<(), String> {

@@ -10,9 +10,11 @@ mod run;
 mod taskbench;
 mod tasks;
 
-use args::{check_policies, out_dir, pick, policies_or, repo_root, unix_now, write_file};
+use args::{
+    check_policy_entries, config_of, out_dir, pick, policies_or, repo_root, unix_now, write_file,
+};
 use clap::Parser;
-use results::{Mode, ModeRun};
+use results::{Mode, ModeRun, Parsed};
 use run::{run_eval, EvalJob};
 use serde::Serialize;
 use serde_json::json;
@@ -59,7 +61,8 @@ pub struct Cli {
     /// KV budgets in cells [default: 128,256,512,1024; --quick: 32,64]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub budgets: Option<Vec<u32>>,
-    /// Eviction policies [default: beacon,beacon+archive,recent,streaming,random,rkv]
+    /// Eviction policies, each NAME[+archive][/key=value...], e.g. beacon/score=logit
+    /// [default: beacon,beacon+archive,recent,streaming,random,rkv]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Text for the agreement test; repeat for one agree run per text [default: /usr/share/common-licenses/GPL-3]
@@ -158,7 +161,7 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     if budgets.is_empty() || budgets.contains(&0) {
         return Err("--budgets needs positive numbers, e.g. 128,256".into());
     }
-    check_policies(&policies)?;
+    check_policy_entries(&policies)?;
     if depths.is_empty() || depths.iter().any(|d| !(0.0..=1.0).contains(d)) {
         return Err("--depths needs numbers between 0 and 1".into());
     }
@@ -205,16 +208,46 @@ pub fn resolve(cli: Cli, root: &Path) -> Result<Settings, String> {
     Ok(s)
 }
 
-/// Every policy × budget, "policy:budget" (+ extra spec keys).
+/// Every policy entry × budget, "policy:budget[/key=value...]" (+ extra spec keys).
 pub fn policy_configs(s: &Settings) -> Vec<String> {
     s.policies
         .iter()
         .flat_map(|p| {
             s.budgets
                 .iter()
-                .map(move |b| format!("{p}:{b}{}", s.run.extra))
+                .map(move |&b| config_of(p, b, &s.run.extra))
         })
         .collect()
+}
+
+/// Names each row by its `--policies` entry ("beacon/score=logit") instead of the tool's bare
+/// policy name, so that entries of one policy with different keys get rows of their own.
+pub fn label_rows(parsed: &mut Parsed, s: &Settings) {
+    let entry_of = |config: &str| -> Option<String> {
+        s.policies.iter().find_map(|p| {
+            s.budgets
+                .iter()
+                .any(|&b| config_of(p, b, &s.run.extra) == config)
+                .then(|| p.clone())
+        })
+    };
+    match parsed {
+        Parsed::Quality { rows, .. } => {
+            for r in rows {
+                if let Some(e) = entry_of(&r.config) {
+                    r.policy = e;
+                }
+            }
+        }
+        Parsed::Passkey(rows) => {
+            for r in rows {
+                if let Some(e) = entry_of(&r.config) {
+                    r.policy = e;
+                }
+            }
+        }
+        Parsed::Speed { .. } => {}
+    }
 }
 
 /// The `--configs` list for one mode.
@@ -235,13 +268,19 @@ pub fn mode_configs(mode: Mode, s: &Settings) -> String {
                 .iter()
                 .filter(|p| p.contains("+archive"))
                 .flat_map(|p| {
+                    let (name, keys) = match p.split_once('/') {
+                        Some((n, k)) => (n, format!("/{k}")),
+                        None => (p.as_str(), String::new()),
+                    };
                     // a plain "+archive" brings the quantised element types along
-                    let types: &[&str] = if p.ends_with("+archive") {
+                    let types: &[&str] = if name.ends_with("+archive") {
                         &["", "_q8_0", "_q4_0"]
                     } else {
                         &[""]
                     };
-                    types.iter().map(move |t| format!(",{p}{t}:{b}{x}"))
+                    types
+                        .iter()
+                        .map(move |t| format!(",{}", config_of(&format!("{name}{t}{keys}"), b, x)))
                 })
                 .collect::<String>();
             format!("none,beacon:{b}{x}{archives},none:{b}")
@@ -583,8 +622,9 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
                     path.display()
                 )
             })?;
-            let (raw, parsed) = results::parse_eval_json(p.mode, &bytes)
+            let (raw, mut parsed) = results::parse_eval_json(p.mode, &bytes)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
+            label_rows(&mut parsed, &s);
             Ok((elapsed, raw, parsed))
         });
         match outcome {
@@ -834,6 +874,50 @@ mod tests {
         );
         assert!(speed.contains("--lengths 128,256"), "{speed}");
         assert_eq!(planned[4].job.log, PathBuf::from("/o/speed.log"));
+    }
+
+    #[test]
+    fn spec_entries_get_configs_and_rows_of_their_own() {
+        let s = settings(&[
+            "--budgets",
+            "128",
+            "--policies",
+            "beacon,beacon/score=logit,beacon+archive/score=logit",
+            "--speed-budget",
+            "512",
+        ])
+        .unwrap();
+        assert_eq!(
+            mode_configs(Mode::Agree, &s),
+            "beacon:128,beacon:128/score=logit,beacon+archive:128/score=logit"
+        );
+        assert_eq!(
+            mode_configs(Mode::Speed, &s),
+            "none,beacon:512,beacon+archive:512/score=logit,beacon+archive_q8_0:512/score=logit,\
+             beacon+archive_q4_0:512/score=logit,none:512"
+        );
+        let row = |config: &str| {
+            format!(
+                r#"{{"config": "{config}", "policy": "beacon", "budget": 128, "top1": 0.9, "kl": 0.1,
+                "ppl": 2.0, "ppl_ref": 1.9, "cells_peak": 128, "evicted": 1, "compress_events": 1,
+                "plugin_ms": 1.0, "decode_ms": 10.0}}"#
+            )
+        };
+        let json = format!(
+            r#"{{"mode": "agree", "results": [{}, {}, {}]}}"#,
+            row("beacon:128"),
+            row("beacon:128/score=logit"),
+            row("none")
+        );
+        let (_, mut parsed) = results::parse_eval_json(Mode::Agree, json.as_bytes()).unwrap();
+        label_rows(&mut parsed, &s);
+        let Parsed::Quality { rows, .. } = parsed else {
+            panic!("agree rows expected")
+        };
+        let names: Vec<&str> = rows.iter().map(|r| r.policy.as_str()).collect();
+        assert_eq!(names, ["beacon", "beacon/score=logit", "beacon"]);
+        assert!(settings(&["--policies", "beacon,beacon"]).is_err());
+        assert!(settings(&["--policies", "beacon/score"]).is_err());
     }
 
     #[test]

@@ -372,7 +372,9 @@ fn reason_quick_run_with_fake_eval() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("| beacon | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok * |"),
+        stdout.contains(
+            "| beacon/score=logit | 100% [34–100] (2/2), turns 100% [61–100] (6/6), 36 tok * |"
+        ),
         "{stdout}"
     );
     assert!(
@@ -383,7 +385,7 @@ fn reason_quick_run_with_fake_eval() {
     );
     let csv = std::fs::read_to_string(out.join("accuracy.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + 15, "{csv}");
-    assert!(csv.contains("\nrecent,64,0,2,0.0000,"), "{csv}");
+    assert!(csv.contains("\nrecent/score=logit,64,0,2,0.0000,"), "{csv}");
     let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
     assert!(summary.contains("## Per cell"), "{summary}");
     std::fs::remove_dir_all(&out).unwrap();

@@ -385,7 +385,11 @@ bool test_rollback(env & e, bool rs) {
 //    the fork leaves the original untouched.
 bool test_fork(env & e, bool unified) {
     const int budget = 64;
-    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    // one unified stream: the method's logit scores, a max over dot products that both slots compute
+    // alike; the default probability scores add a softmax sum whose order follows the slots, so a
+    // near-tie can split the fork's kept positions on the first pass (then they stay apart)
+    const std::string spec = std::string("policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8") +
+                             (unified ? ",score=logit" : "");
     e.params.n_parallel = 2;
     e.params.kv_unified = unified;
     e.params.n_batch = e.params.n_ubatch = 64;

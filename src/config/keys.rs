@@ -58,8 +58,9 @@ macro_rules! for_each_key {
             "read" => read_copy: bool = false,
                 c read_copy, flag None, rule Rule::Options(["auto", "copy"]);
             /// Score cells by attention probability (per-query log-softmax over the sequence's
-            /// cells) instead of the raw logit q·k/√d of the method.
-            "score" => score_prob: bool = false,
+            /// cells; the default, nearer the full cache than logits in the quality runs) or,
+            /// with `score=logit`, by the raw logit q·k/√d of the method as published.
+            "score" => score_prob: bool = true,
                 c score, flag None, rule Rule::Options(["logit", "prob"]);
             /// Most archived cells per sequence; 0 = no archive.
             "archive" => archive: usize = 0,

@@ -461,12 +461,14 @@ def passkey_prompt(key: int, n_rep: int = 85, depth: float = 0.5) -> str:
 
 def test_archive_brings_back_what_the_question_quotes_smollm2(server, smol):
     # the question ends with the words the needle began with: the prompt chunk that holds them
-    # recalls the needle before it is computed, and the key is answered at 256 cells, which
-    # beacon alone cannot (it keeps a few of the needle's tokens and answers with filler)
+    # recalls the needle before it is computed, and the key is answered at 256 cells, which the
+    # method's logit scores alone cannot (they keep a few of the needle's tokens and answer with
+    # filler; the default probability scores keep the needle without the archive)
     key = 30109
     answers = {}
     for name, extra in [("beacon", []), ("archive", ["--kv-archive", "2048"])]:
-        s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", "256", *extra)
+        s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", "256",
+                   "--kv-compress-spec", "score=logit", *extra)
         res = s.complete(passkey_prompt(key), 8, ignore_eos=False)
         assert kv_of(res)["kv_cells"] <= 256
         answers[name] = (res["content"], s.slot(0)["kv_compress"])

@@ -29,15 +29,17 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The policies measured besides the full cache. A plain list: any policy the library knows is
-/// added by name; `/key=value` adds spec keys, `+archive` the archive.
+/// added by name; `/key=value` adds spec keys, `+archive` the archive. The scorers that read
+/// `score` name it, so that a row means the same whatever the library's default: `score=logit`
+/// is the method as published, `score=prob` the library's default.
 pub const DEFAULT_POLICIES: [&str; 7] = [
-    "beacon",
+    "beacon/score=logit",
     "beacon/score=prob",
-    "recent",
+    "recent/score=logit",
     "streaming",
     "random",
     "rkv",
-    "beacon+archive",
+    "beacon+archive/score=logit",
 ];
 
 #[derive(clap::Args, Debug)]
@@ -56,7 +58,8 @@ pub struct ReasonCli {
     pub budgets: Option<Vec<u32>>,
     /// Policies besides the full cache, e.g. beacon,beacon/score=prob,beacon+archive/archive=1024,rkv
     /// ("none" alone: only the full cache, to calibrate the conversations)
-    /// [default: beacon,beacon/score=prob,recent,streaming,random,rkv,beacon+archive]
+    /// [default: beacon/score=logit, beacon/score=prob, recent/score=logit, streaming, random, rkv,
+    /// beacon+archive/score=logit]
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub policies: Option<Vec<String>>,
     /// Conversations per cell [default: 8, 112 problems at 14 turns; --quick: 2]
