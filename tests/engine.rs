@@ -618,9 +618,10 @@ fn bad_hadamard_block_skips_the_layer() {
 }
 
 /// Passes over 12 layers: the scorer scores every cell on 8 layers only and stops scoring the
-/// cells that can no longer be evicted (`reduce=max`, `score=logit`, no archive). What is evicted must still be
-/// exactly the full pass's choice: the reference scores every cell on every layer (recent
-/// policy, one query: the last token's, no RoPE), pass after pass as the layer order adapts.
+/// cells that can no longer be evicted (`reduce=max`, `score=logit`, no archive). What is
+/// evicted must still be exactly the full pass's choice: the reference scores every cell on every
+/// layer (recent policy, one query: the last token's, no RoPE), pass after pass as the layer
+/// order adapts.
 #[test]
 fn pruned_passes_evict_what_full_passes_would() {
     const LAYERS: usize = 12;
