@@ -231,21 +231,18 @@ pub fn label_rows(parsed: &mut Parsed, s: &Settings) {
                 .then(|| p.clone())
         })
     };
+    let relabel = |policy: &mut String, config: &str| {
+        if let Some(e) = entry_of(config) {
+            *policy = e;
+        }
+    };
     match parsed {
-        Parsed::Quality { rows, .. } => {
-            for r in rows {
-                if let Some(e) = entry_of(&r.config) {
-                    r.policy = e;
-                }
-            }
-        }
-        Parsed::Passkey(rows) => {
-            for r in rows {
-                if let Some(e) = entry_of(&r.config) {
-                    r.policy = e;
-                }
-            }
-        }
+        Parsed::Quality { rows, .. } => rows
+            .iter_mut()
+            .for_each(|r| relabel(&mut r.policy, &r.config)),
+        Parsed::Passkey(rows) => rows
+            .iter_mut()
+            .for_each(|r| relabel(&mut r.policy, &r.config)),
         Parsed::Speed { .. } => {}
     }
 }
