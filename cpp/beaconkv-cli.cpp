@@ -73,6 +73,8 @@ struct run_summary {
     uint64_t compress_events = 0;
     uint64_t archived = 0, recalled = 0, archive_bytes = 0; // the archive of evicted cells
     double prompt_ms = 0, decode_ms = 0, plugin_ms = 0;
+    std::string scoring;        // where K is scored (beaconkv_scoring_path)
+    uint64_t reads_pass = 0, bytes_pass = 0, reads_capture = 0, bytes_capture = 0; // reads from device/remote buffers
 
     uint64_t kv_bytes_physical() const { return kv_bytes_per_cell * cells_physical; }
     uint64_t kv_bytes_uncompressed() const { return kv_bytes_per_cell * (uint64_t) (n_prompt + n_generated); }
@@ -102,6 +104,12 @@ void print_summary(const run_summary & s) {
     const double total = s.prompt_ms + s.decode_ms;
     fprintf(stderr, "plugin time       %.1f ms (%.1f%% of decode calls)\n", s.plugin_ms,
             total > 0 ? 100.0 * s.plugin_ms / total : 0.0);
+    if (!s.scoring.empty()) {
+        fprintf(stderr, "K scored          %s; reads to the host: %llu in passes (%.1f per pass, %.1f KiB), %llu in capture (%.1f KiB)\n",
+                s.scoring.c_str(), (unsigned long long) s.reads_pass,
+                s.compress_events ? (double) s.reads_pass / s.compress_events : 0.0, s.bytes_pass / 1024.0,
+                (unsigned long long) s.reads_capture, s.bytes_capture / 1024.0);
+    }
 }
 
 bool write_json(const std::string & path, const run_summary & s) {
@@ -116,12 +124,14 @@ bool write_json(const std::string & path, const run_summary & s) {
             "  \"kv_bytes_physical\": %llu,\n  \"kv_bytes_uncompressed\": %llu,\n  \"evicted\": %llu,\n"
             "  \"compress_events\": %llu,\n  \"archived\": %llu,\n  \"recalled\": %llu,\n  \"archive_bytes\": %llu,\n"
             "  \"prompt_tok_s\": %.3f,\n  \"decode_tok_s\": %.3f,\n"
-            "  \"plugin_ms\": %.3f,\n  \"spec\": \"%s\"\n}\n",
+            "  \"plugin_ms\": %.3f,\n  \"scoring\": \"%s\",\n  \"reads_pass\": %llu,\n  \"bytes_pass\": %llu,\n"
+            "  \"reads_capture\": %llu,\n  \"bytes_capture\": %llu,\n  \"spec\": \"%s\"\n}\n",
             s.policy.c_str(), s.budget, s.n_prompt, s.n_generated, s.cells_in_use, s.cells_peak, s.cells_physical,
             (unsigned long long) s.kv_bytes_physical(), (unsigned long long) s.kv_bytes_uncompressed(),
             (unsigned long long) s.evicted, (unsigned long long) s.compress_events, (unsigned long long) s.archived,
             (unsigned long long) s.recalled, (unsigned long long) s.archive_bytes, s.prompt_tok_s(), s.decode_tok_s(),
-            s.plugin_ms, s.spec.c_str());
+            s.plugin_ms, s.scoring.c_str(), (unsigned long long) s.reads_pass, (unsigned long long) s.bytes_pass,
+            (unsigned long long) s.reads_capture, (unsigned long long) s.bytes_capture, s.spec.c_str());
     fclose(f);
     return true;
 }
@@ -148,7 +158,12 @@ void collect_plugin_stats(llama_context * ctx, const common_params & params, con
         s.archived = st.archived;
         s.recalled = st.recalled;
         s.archive_bytes = st.archive_bytes;
+        s.reads_pass = st.reads_pass;
+        s.bytes_pass = st.bytes_pass;
+        s.reads_capture = st.reads_capture;
+        s.bytes_capture = st.bytes_capture;
     }
+    s.scoring = common_kv_compress_scoring_path(ctx);
 }
 
 }  // namespace

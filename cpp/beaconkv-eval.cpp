@@ -237,6 +237,7 @@ struct plugin_numbers {
     uint64_t recalled = 0, archived = 0, archive_bytes = 0;
     double ms = 0;
     double ms_capture = 0, ms_score = 0, ms_evict = 0, ms_recall = 0;
+    uint64_t reads_pass = 0, bytes_pass = 0, reads_capture = 0, bytes_capture = 0, n_tokens = 0;
 };
 
 plugin_numbers plugin_stats(llama_context * ctx) {
@@ -254,6 +255,11 @@ plugin_numbers plugin_stats(llama_context * ctx) {
         p.recalled = st.recalled;
         p.archived = st.archived;
         p.archive_bytes = st.archive_bytes;
+        p.reads_pass = st.reads_pass;
+        p.bytes_pass = st.bytes_pass;
+        p.reads_capture = st.reads_capture;
+        p.bytes_capture = st.bytes_capture;
+        p.n_tokens = st.n_tokens;
     }
     return p;
 }
@@ -590,7 +596,11 @@ std::string run_speed(llama_model * model, const common_params & params, const s
                    << ", \"plugin_ms\": " << pn.ms << ", \"plugin_ms_capture\": " << pn.ms_capture
                    << ", \"plugin_ms_score\": " << pn.ms_score << ", \"plugin_ms_evict\": " << pn.ms_evict
                    << ", \"plugin_ms_recall\": " << pn.ms_recall << ", \"archived\": " << pn.archived
-                   << ", \"archive_bytes\": " << pn.archive_bytes << ", \"decode_ms\": " << r->decode_ms << "}";
+                   << ", \"archive_bytes\": " << pn.archive_bytes << ", \"decode_ms\": " << r->decode_ms
+                   << ", \"scoring\": \"" << json_escape(common_kv_compress_scoring_path(r->ctx)) << "\""
+                   << ", \"compress_events\": " << pn.events << ", \"reads_pass\": " << pn.reads_pass
+                   << ", \"bytes_pass\": " << pn.bytes_pass << ", \"reads_capture\": " << pn.reads_capture
+                   << ", \"bytes_capture\": " << pn.bytes_capture << ", \"n_tokens\": " << pn.n_tokens << "}";
                 first = false;
             }
         }

@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 5
+#define BEACONKV_ABI_VERSION 6
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -85,8 +85,10 @@ typedef struct beaconkv_params {
     int32_t  span;       /* [span]    score pooling width in cells (1 = off, odd); default 1            */
     int32_t  q_capacity; /* [qcap]    query rows the host captures per ubatch; default 64               */
     uint64_t seed;       /* [seed]    seed of the random policy; default 42                             */
-    int32_t  read_copy;  /* [read]    0 = auto (read host memory directly), 1 = copy: always go through
-                                      host->read_rows, the path device/remote buffers take (testing)    */
+    int32_t  read_path;  /* [read]    beaconkv_read_path; AUTO (default): K in host memory is read in
+                                      place, K elsewhere scored where it lives (host->score_keys) or,
+                                      without it, copied (host->read_rows). COPY / BACKEND force one
+                                      (testing, measuring)                                              */
     int32_t  score;      /* [score]   1 = prob: max of the query's attention probability (log-softmax
                                       over the cells); default. 0 = logit: max of q·k/sqrt(d) (the
                                       method as published)                                              */
@@ -127,6 +129,14 @@ typedef struct beaconkv_params {
                                       else the archived pages with the best bounds are checked;
                                       0..1024, default 8                                                */
 } beaconkv_params;
+
+/* Where K is read and scored (params.read_path). */
+typedef enum beaconkv_read_path {
+    BEACONKV_READ_AUTO    = 0, /* in place where K is host memory, else on K's backend (score_keys)
+                                  or, without it, copied row by row (read_rows)                   */
+    BEACONKV_READ_COPY    = 1, /* K and queries always through read_rows                          */
+    BEACONKV_READ_BACKEND = 2  /* K always scored on its backend (score_keys), even host memory   */
+} beaconkv_read_path;
 
 /* Element type of the archive (the cache's own K/V types are whatever the host uses). */
 typedef enum beaconkv_archive_type {
@@ -216,6 +226,20 @@ typedef struct beaconkv_host {
     int32_t (*write_kv)(void * user, int32_t layer, uint32_t stream, const uint32_t * cells, int32_t n,
                         int32_t format, const void * k, const void * v);
     int32_t (*seq_place)(void * user, int32_t seq, const int32_t * pos, int32_t n, uint32_t * cells);
+
+    /* Scoring where K lives. May be NULL (K that is not host memory is then read with read_rows).
+     * For each i < n_layers, layer layers[i] with n_query[i] queries per KV head: `queries` holds,
+     * one layer after another, [n_head_kv][n_query[i]][head_dim] floats (rotated to their scoring
+     * positions, Hadamard-rotated like K, scaled by 1/sqrt(head_dim)). Write, one layer after
+     * another, [n_head_kv][n_cells] floats to `out` (caller-owned): per KV head and cell, the
+     * largest q·k over the group's queries (mode 0), or of q·k less that query's log-sum-exp over
+     * the n_cells cells (mode 1). Returns n_layers. Must change nothing in the cache. */
+    int32_t (*score_keys)(void * user, uint32_t stream, const uint32_t * cells, int32_t n_cells,
+                          int32_t n_layers, const int32_t * layers, const int32_t * n_query,
+                          const float * queries, int32_t mode, float * out);
+    /* Reads the host made from device or remote buffers for this plugin so far (calls and bytes;
+     * host memory read in place counts nothing). May be NULL (the counters then stay 0). */
+    void    (*transfers)(void * user, uint64_t * n_reads, uint64_t * bytes);
 } beaconkv_host;
 
 /* The hooks below as one table of callbacks whose first argument is the context (ud), filled by
@@ -262,6 +286,11 @@ typedef struct beaconkv_stats {
     uint64_t archive_dropped;  /* archived cells dropped for good (archive full)               */
     uint64_t archive_bytes;    /* host memory the archive's rows, summaries and token ids take */
     double   ms_recall;        /* time archiving, checking and recalling                       */
+    uint64_t reads_pass;       /* reads from device/remote buffers in compression passes       */
+    uint64_t bytes_pass;       /* bytes those reads moved to the host                          */
+    uint64_t reads_capture;    /* reads of captured queries (counted on the ubatch's first
+                                  sequence)                                                    */
+    uint64_t bytes_capture;    /* bytes those reads moved to the host                          */
 } beaconkv_stats;
 
 /* Model description for KV memory accounting (the reference implementation's calc_kv_cache_memory, generalised). */
@@ -506,6 +535,14 @@ int32_t beaconkv_seq_state_set(beaconkv_context * ctx, int32_t seq, const uint8_
 
 /* Statistics of sequence seq (-1 = totals). Unknown sequences report zeros with seq set. */
 int32_t beaconkv_get_stats(const beaconkv_context * ctx, int32_t seq, beaconkv_stats * out);
+
+/* Where the scored layers' K is read, as of the last layer description (beaconkv_refresh_layers
+ * or a hook): "in place" (host memory read by the library), "backend" (scored on K's own backend
+ * through host->score_keys), "copy" (rows copied through host->read_rows), each with its layer
+ * count, e.g. "backend (30 layers)"; "none" when no layer is scored. Writes at most len bytes
+ * (NUL-terminated) to buf (caller-owned; may be NULL with len 0); returns the full length, < 0
+ * for a NULL ctx. */
+int32_t beaconkv_scoring_path(const beaconkv_context * ctx, char * buf, size_t len);
 
 /* Whether the configured policy runs: false in fallback mode (after a panic or a failed read, or
  * while no layer can be scored) and for a NULL ctx. */

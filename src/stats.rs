@@ -96,6 +96,14 @@ seq_stats! {
     archive_bytes: u64 = 0, total sum;
     /// Time archiving, checking and recalling.
     ms_recall: f64 = 0.0, total sum;
+    /// Reads from device or remote buffers in compression passes (the host's count).
+    reads_pass: u64 = 0, total sum;
+    /// Bytes those reads moved to the host.
+    bytes_pass: u64 = 0, total sum;
+    /// Reads of captured queries, counted on the first sequence of each ubatch.
+    reads_capture: u64 = 0, total sum;
+    /// Bytes those reads moved to the host.
+    bytes_capture: u64 = 0, total sum;
 }
 
 impl SeqStats {

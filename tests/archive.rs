@@ -3,7 +3,7 @@
 //! and V rows, while the sequence never holds more than its budget. Without the archive it is
 //! gone for good; removed positions never come back; the archive rides in the sequence state.
 
-use beaconkv::testing::config::Params;
+use beaconkv::testing::config::{Params, ReadPath};
 use beaconkv::testing::engine::Engine;
 use beaconkv::testing::fake_host::{FakeHost, Lcg};
 use half::f16;
@@ -660,7 +660,7 @@ fn page_bounds_never_underestimate_exact_logits() {
         .layers
         .iter()
         .enumerate()
-        .map(|(i, l)| LayerDesc::from_raw(i as i32, &l.raw, true, false).unwrap())
+        .map(|(i, l)| LayerDesc::from_raw(i as i32, &l.raw, ReadPath::Auto, true, false).unwrap())
         .collect();
     let cfg = QueryConfig {
         n_beacons: 2,

@@ -250,7 +250,7 @@ fn static_lib_exports_every_header_function() {
 mod header;
 
 use beaconkv::ffi::types::{CONSTANTS, STRUCTS};
-use beaconkv::testing::config::{ArchiveType, Policy, Reduce, KEYS, KEY_FLAGS};
+use beaconkv::testing::config::{ArchiveType, Policy, ReadPath, Reduce, KEYS, KEY_FLAGS};
 use header::{header_constants, header_structs, strip_comments};
 use std::collections::BTreeMap;
 
@@ -372,6 +372,9 @@ fn rust_constants() -> BTreeMap<String, i64> {
     ArchiveType::ALL
         .iter()
         .for_each(|t| add("ARCHIVE", t.name(), *t as i32));
+    ReadPath::ALL
+        .iter()
+        .for_each(|t| add("READ", t.name(), *t as i32));
     all
 }
 

@@ -71,7 +71,20 @@ fn host_with_rope(via_read_rows: bool, hadamard: bool) -> FakeHost {
     let mut host = FakeHost::new(1, 4, 2, D, 256, 128).with_rope();
     host.layers[0].raw.hadamard_n = if hadamard { D as i32 } else { 0 };
     host.via_read_rows = via_read_rows;
+    // read_rows stands for a device buffer; `BACKEND` adds scoring where K lives
+    host.has_score_keys = BACKEND.with(|b| b.get());
     host
+}
+
+thread_local! {
+    /// The reference tests below run a second time with the host scoring K on its backend.
+    static BACKEND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn on_backend(f: impl FnOnce()) {
+    BACKEND.with(|b| b.set(true));
+    f();
+    BACKEND.with(|b| b.set(false));
 }
 
 /// One decode call of sequence 0 bringing positions `from..from + n`, queries not captured, as
@@ -167,6 +180,10 @@ fn kept_vs_reference_scored(via_read_rows: bool, hadamard: bool, prob: bool) {
 
     engine.before_batch(&mut host, &[0], &[1], None).unwrap(); // 64 + 1 > 64: compress to 48
     assert_eq!(host.positions(0), expected);
+    if host.has_score_keys && via_read_rows {
+        // one call for the pass, no K row copied
+        assert_eq!((host.score_calls, host.k_reads), (1, 0));
+    }
     let st = engine.stats(0);
     assert_eq!(
         (st.evicted, st.compress_events, st.cells_in_use),
@@ -193,6 +210,58 @@ fn read_rows_path_matches_direct_reads() {
 fn probability_scores_match_reference() {
     kept_vs_reference_scored(false, false, true);
     kept_vs_reference_scored(false, true, true);
+}
+
+#[test]
+fn backend_scoring_matches_reference() {
+    on_backend(|| {
+        for (hadamard, prob) in [(false, false), (true, false), (false, true), (true, true)] {
+            kept_vs_reference_scored(true, hadamard, prob);
+        }
+    });
+}
+
+/// With K scored where it lives, a pass is one `score_keys` call for all layers and copies no K
+/// row, whatever the number of cells; the counters say so. The copy path reads a row per cell.
+#[test]
+fn backend_passes_make_one_call_whatever_the_cells() {
+    for budget in [64usize, 192] {
+        let run = |backend: bool| {
+            let spec = format!("beacon,budget={budget},window=8,prefix=4");
+            let mut host = FakeHost::new(3, 4, 2, D, 512, 8).with_rope();
+            host.via_read_rows = true;
+            host.has_score_keys = backend;
+            let mut engine = Engine::new(Params::parse(&spec).unwrap(), &mut host);
+            let mut rng = Lcg(3);
+            for p in 0..(3 * budget as i32) {
+                engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+                let cell = host.place(0, p);
+                for l in 0..3 {
+                    host.k_row_mut(l, cell)
+                        .iter_mut()
+                        .for_each(|v| *v = f16::from_f32(rng.next()));
+                    host.q_row_mut(l, 0)
+                        .iter_mut()
+                        .for_each(|v| *v = rng.next());
+                }
+                engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+                engine.after_decode(&mut host).unwrap();
+            }
+            let st = engine.stats(0);
+            assert!(st.compress_events > 3, "{st:?}");
+            (host.positions(0), st, host.score_calls, host.k_reads)
+        };
+        let (kept_copy, copy, _, k_reads) = run(false);
+        let (kept_backend, backend, calls, k_reads_backend) = run(true);
+        assert_eq!(kept_backend, kept_copy, "budget {budget}: same cells kept");
+        assert_eq!(calls as u64, backend.compress_events);
+        assert_eq!(k_reads_backend, 0);
+        assert!(k_reads > 0);
+        // the fake host counts one read per layer scored, and one per copied row
+        assert_eq!(backend.reads_pass, 3 * backend.compress_events);
+        assert!(copy.reads_pass >= (budget as u64) * 3 * copy.compress_events / 2);
+        assert_eq!(backend.reads_capture, copy.reads_capture);
+    }
 }
 
 /// No RoPE: a few keys aligned with every query survive long generation under `beacon`, and are

@@ -2,7 +2,7 @@
 //! queries minus the redundancy of the pre-RoPE keys), duplicate keys evicted before distinct
 //! ones, and the shared selection's prefix and window.
 
-use beaconkv::testing::config::Params;
+use beaconkv::testing::config::{Params, ReadPath};
 use beaconkv::testing::engine::Engine;
 use beaconkv::testing::fake_host::{FakeHost, Lcg};
 use beaconkv::testing::ggml::{hadamard_inplace, Rope, RopeMode};
@@ -173,10 +173,10 @@ fn rows_match_reference(lambda: f32, hadamard: bool, via_read_rows: bool) {
         .collect();
     let mut raw = RawLayer::default();
     let layer = if via_read_rows {
-        LayerDesc::from_raw(0, &host.layers[0].raw, true, true).unwrap()
+        LayerDesc::from_raw(0, &host.layers[0].raw, ReadPath::Copy, true, false).unwrap()
     } else {
         assert!(host.get_layer(0, &mut raw) >= 0);
-        LayerDesc::from_raw(0, &raw, true, false).unwrap()
+        LayerDesc::from_raw(0, &raw, ReadPath::Auto, true, false).unwrap()
     };
     assert_eq!(layer.k_direct, !via_read_rows);
     let cfg = QueryConfig {

@@ -121,3 +121,50 @@ fn compression_through_rpc_matches_the_local_run() {
     }
     assert_eq!(local_text, rpc_text, "generated text differs through RPC");
 }
+
+/// With K on the RPC device, a compression pass reads one score row block per layer from it, not
+/// one K row per cell: the reads per pass are the same at budgets 96 and 192 and at most one per
+/// layer, and query capture reads once per decode call for all layers. The copy path (`read=copy`)
+/// reads at least a row per cell and layer.
+#[test]
+fn rpc_passes_read_a_constant_number_of_times_per_layer() {
+    let rpc = RpcServer::start();
+    let endpoint = format!("127.0.0.1:{}", rpc.port);
+    let remote = ["--rpc", endpoint.as_str(), "-ngl", "99"];
+    let layers = 2u64; // scripts/make_tiny_gguf.py's default
+    let run = |tag: &str, extra: &[&str]| {
+        let args: Vec<&str> = remote.iter().chain(extra).copied().collect();
+        generate(tag, &args).1
+    };
+    let per_pass = |s: &Value| {
+        s["reads_pass"].as_u64().unwrap() as f64 / s["compress_events"].as_u64().unwrap() as f64
+    };
+    let small = run("rpc-96", &[]);
+    let large = run("rpc-192", &["--kv-budget", "192"]);
+    let copy = run("rpc-copy", &["--kv-compress-spec", "read=copy"]);
+    for s in [&small, &large] {
+        assert!(
+            s["scoring"].as_str().unwrap().starts_with("backend ("),
+            "{s}"
+        );
+        assert!(s["compress_events"].as_u64().unwrap() > 10, "{s}");
+        assert_eq!(
+            per_pass(s),
+            layers as f64,
+            "one read per layer and pass: {s}"
+        );
+        // one read per decode call (prompt: one ubatch), however many layers
+        let calls = s["n_generated"].as_u64().unwrap() + 1;
+        assert!(s["reads_capture"].as_u64().unwrap() <= calls, "{s}");
+    }
+    assert_eq!(per_pass(&small), per_pass(&large));
+    assert!(
+        copy["scoring"].as_str().unwrap().starts_with("copy ("),
+        "{copy}"
+    );
+    assert!(
+        per_pass(&copy) >= (96 - 16) as f64 * layers as f64,
+        "{copy}"
+    );
+    assert_eq!(small["evicted"], copy["evicted"]);
+}

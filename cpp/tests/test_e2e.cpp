@@ -585,30 +585,47 @@ bool test_speculative(env & e) {
 }
 
 // 10. The copy path (read_rows through ggml_backend_tensor_get, what device and remote buffers
-//     need) makes exactly the decisions of the direct path; prints its cost per compression.
+//     need without score_keys) and the backend path (the scores as a ggml graph on K's own backend,
+//     read=backend) make exactly the decisions of the direct path, with either scorer; prints their
+//     cost per compression. On the CPU the backend path runs ggml's CPU kernels (other summation
+//     order than the library's): a kept set that differs would show a tie broken otherwise.
 bool test_copy_path(env & e) {
-    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
-    e.params.n_batch = e.params.n_ubatch = 64;
-    ctx_ptr direct = make_ctx(e, spec, 4096);
-    ctx_ptr copy = make_ctx(e, spec + ",read=copy", 4096);
-    CHECK(direct && copy, "context creation failed");
-    auto prompt = prompt_tokens(e, 24);
-    CHECK(decode(direct.get(), prompt.data(), (int) prompt.size()), "prompt");
-    CHECK(decode(copy.get(), prompt.data(), (int) prompt.size()), "prompt");
-    for (int i = 0; i < 400; i++) {
-        llama_token t = argmax(llama_get_logits_ith(direct.get(), -1), e.n_vocab);
-        CHECK(t == argmax(llama_get_logits_ith(copy.get(), -1), e.n_vocab), "tokens differ at step %d", i);
-        CHECK(decode(direct.get(), &t, 1) && decode(copy.get(), &t, 1), "decode");
-        CHECK(list_cells(direct.get(), 0).pos == list_cells(copy.get(), 0).pos, "kept positions differ at %d", i);
+    for (const char * score : {"prob", "logit"}) {
+        const std::string spec = std::string("policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,score=") + score;
+        e.params.n_batch = e.params.n_ubatch = 64;
+        ctx_ptr direct  = make_ctx(e, spec, 4096);
+        ctx_ptr copy    = make_ctx(e, spec + ",read=copy", 4096);
+        ctx_ptr backend = make_ctx(e, spec + ",read=backend", 4096);
+        CHECK(direct && copy && backend, "context creation failed");
+        char path[128] = { 0 };
+        beaconkv_scoring_path(common_kv_compress_get(backend.get()), path, sizeof(path));
+        CHECK(std::string(path).rfind("backend (", 0) == 0, "read=backend scores %s", path);
+        beaconkv_scoring_path(common_kv_compress_get(direct.get()), path, sizeof(path));
+        CHECK(std::string(path).rfind("in place (", 0) == 0, "read=auto on the CPU scores %s", path);
+        auto prompt = prompt_tokens(e, 24);
+        for (llama_context * c : {direct.get(), copy.get(), backend.get()}) {
+            CHECK(decode(c, prompt.data(), (int) prompt.size()), "prompt");
+        }
+        for (int i = 0; i < 400; i++) {
+            llama_token t = argmax(llama_get_logits_ith(direct.get(), -1), e.n_vocab);
+            CHECK(t == argmax(llama_get_logits_ith(copy.get(), -1), e.n_vocab), "%s: copy: tokens differ at step %d", score, i);
+            CHECK(t == argmax(llama_get_logits_ith(backend.get(), -1), e.n_vocab), "%s: backend: tokens differ at step %d", score, i);
+            CHECK(decode(direct.get(), &t, 1) && decode(copy.get(), &t, 1) && decode(backend.get(), &t, 1), "decode");
+            const auto kept = list_cells(direct.get(), 0).pos;
+            CHECK(kept == list_cells(copy.get(), 0).pos, "%s: copy: kept positions differ at %d", score, i);
+            CHECK(kept == list_cells(backend.get(), 0).pos, "%s: backend: kept positions differ at %d", score, i);
+        }
+        beaconkv_stats a{}, b{}, c{};
+        beaconkv_get_stats(common_kv_compress_get(direct.get()), 0, &a);
+        beaconkv_get_stats(common_kv_compress_get(copy.get()), 0, &b);
+        beaconkv_get_stats(common_kv_compress_get(backend.get()), 0, &c);
+        CHECK(a.compress_events > 0 && a.compress_events == b.compress_events && a.compress_events == c.compress_events,
+              "events %llu vs %llu vs %llu", (unsigned long long) a.compress_events,
+              (unsigned long long) b.compress_events, (unsigned long long) c.compress_events);
+        printf("copy_path (score=%s): identical decisions; per compression %.3f ms direct, %.3f ms copy, %.3f ms backend; "
+               "capture %.3f vs %.3f ms/token\n", score, a.ms_score / a.compress_events, b.ms_score / b.compress_events,
+               c.ms_score / c.compress_events, a.ms_capture / a.n_tokens, b.ms_capture / b.n_tokens);
     }
-    beaconkv_stats a{}, b{};
-    beaconkv_get_stats(common_kv_compress_get(direct.get()), 0, &a);
-    beaconkv_get_stats(common_kv_compress_get(copy.get()), 0, &b);
-    CHECK(a.compress_events > 0 && a.compress_events == b.compress_events, "events %llu vs %llu",
-          (unsigned long long) a.compress_events, (unsigned long long) b.compress_events);
-    printf("copy_path: identical decisions; per compression %.3f ms direct, %.3f ms copy; capture %.3f vs %.3f ms/token\n",
-           a.ms_score / a.compress_events, b.ms_score / b.compress_events, a.ms_capture / a.n_tokens,
-           b.ms_capture / b.n_tokens);
     return true;
 }
 

@@ -175,7 +175,7 @@ fn params_from(input: &mut Input) -> beaconkv_params {
     p.span = [1, 3, 5, 2][(d / 32 % 4) as usize];
     p.q_capacity = 1 + (c / 32 % Q_ROWS as u8) as i32;
     p.seed = d as u64;
-    p.read_copy = (b & 1) as i32; // 1: K and queries through read_rows
+    p.read_path = (b & 1) as i32; // 1: K and queries through read_rows
     p.score = (c & 1) as i32; // 1: probability scoring
                               // the archive on half the time (refused with streaming/random/none), every element type
     if d & 2 != 0 {

@@ -131,6 +131,18 @@ named_enum! {
 }
 
 named_enum! {
+    /// Where K is read and scored. `auto`: K in host memory is read in place by the library's
+    /// kernels; K anywhere else (GPU, RPC) is scored on its own backend when the host can
+    /// (`score_keys`), else copied row by row (`read_rows`). `copy` always copies, `backend`
+    /// always scores on the backend: both for testing and measuring those paths.
+    pub enum ReadPath ("a read path") {
+        Auto = 0 => "auto",
+        Copy = 1 => "copy",
+        Backend = 2 => "backend",
+    }
+}
+
+named_enum! {
     /// Element type of the archive of evicted cells.
     pub enum ArchiveType ("an archive type") {
         /// The cache's own row bytes: a recall restores them exactly.

@@ -52,11 +52,11 @@ macro_rules! for_each_key {
             /// Seed of the random policy.
             "seed" => seed: u64 = 42,
                 c seed, flag None, rule Rule::Any;
-            /// Read K and queries through the host's `read_rows` copy even when they are in host
-            /// memory (the path device and remote buffers take); for testing and measuring that
-            /// path.
-            "read" => read_copy: bool = false,
-                c read_copy, flag None, rule Rule::Options(["auto", "copy"]);
+            /// Where K is read and scored: `auto` (in place where K is host memory, on K's own
+            /// backend elsewhere), `copy` (K and queries through the host's `read_rows`, row by
+            /// row) or `backend` (scored on K's backend even in host memory).
+            "read" => read_path: ReadPath = ReadPath::Auto,
+                c read_path, flag None, rule Rule::Any;
             /// Score cells by attention probability (per-query log-softmax over the sequence's
             /// cells; the default, nearer the full cache than logits in the quality runs) or,
             /// with `score=logit`, by the raw logit q·k/√d of the method as published.

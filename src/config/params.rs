@@ -1,7 +1,7 @@
 //! `Params`, the compression settings (fields and defaults from the key table), and the rules
 //! between keys.
 
-use super::enums::{ArchiveType, Policy, Prefix, Reduce};
+use super::enums::{ArchiveType, Policy, Prefix, ReadPath, Reduce};
 use super::keys::{for_each_key, KEYS};
 use super::value::Hundredths;
 use super::ConfigError;

@@ -40,6 +40,7 @@ impl Engine {
             return Ok(());
         }
         host.synchronize();
+        let reads0 = host.transfers();
         let (seqs, scratch) = (&mut self.seqs, &mut self.capture);
         let mut failed_read = None;
         scratch.rotations.clear();
@@ -99,6 +100,12 @@ impl Engine {
             let msg = format!("read_rows(layer {layer}, queries) returned {rc}");
             self.enter_fallback(host, &format!("beaconkv: host callback failed: {msg}"));
             return Err(EngineError::Host(msg));
+        }
+        // Reads are whole calls: all of them go to the ubatch's first sequence.
+        let reads1 = host.transfers();
+        if let Some(state) = seq_id.first().and_then(|s| self.seqs.get_mut(s)) {
+            state.stats.reads_capture += reads1.0.saturating_sub(reads0.0);
+            state.stats.bytes_capture += reads1.1.saturating_sub(reads0.1);
         }
         // Attribute the capture time to sequences by their share of the tokens.
         let ms = t0.elapsed().as_secs_f64() * 1e3 / pos.len().max(1) as f64;

@@ -45,6 +45,7 @@ impl Engine {
         self.layers.descs.clear();
         self.layers.kv_bytes_per_cell = 0;
         let has_read_rows = host.has_read_rows();
+        let has_score_keys = host.has_score_keys();
         for i in 0..n.max(0) {
             let mut raw = RawLayer::default();
             if host.get_layer(i, &mut raw) < 0 {
@@ -58,7 +59,13 @@ impl Engine {
             if !self.params.policy.uses_queries() {
                 continue;
             }
-            match LayerDesc::from_raw(i, &raw, has_read_rows, self.params.read_copy) {
+            match LayerDesc::from_raw(
+                i,
+                &raw,
+                self.params.read_path,
+                has_read_rows,
+                has_score_keys,
+            ) {
                 Ok(mut desc) => {
                     if let Some(same) = self.layers.descs.iter().find(|l| l.rope == desc.rope) {
                         desc.rope_id = same.rope_id;
@@ -114,6 +121,29 @@ impl Engine {
         if !self.layers.finalised {
             self.layers.finalised = true;
             self.refresh_layers(host, true);
+        }
+    }
+
+    /// Where the scored layers' K is read: `"in place"` (host memory), `"backend"` (scored on
+    /// the host's backend), `"copy"` (rows copied through `read_rows`), with the layer count of
+    /// each, e.g. `"backend (30 layers)"`; `"none"` when no layer is scored.
+    pub fn scoring_path(&self) -> String {
+        let d = &self.layers.descs;
+        let count = |f: fn(&LayerDesc) -> bool| d.iter().filter(|l| f(l)).count();
+        let parts = [
+            ("in place", count(|l| l.k_direct)),
+            ("backend", count(|l| !l.k_direct && l.k_backend)),
+            ("copy", count(|l| !l.k_direct && !l.k_backend)),
+        ];
+        let named: Vec<String> = parts
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name} ({n} layer{})", if *n == 1 { "" } else { "s" }))
+            .collect();
+        if named.is_empty() {
+            "none".into()
+        } else {
+            named.join(", ")
         }
     }
 

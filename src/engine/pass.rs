@@ -63,6 +63,7 @@ impl Engine {
         swap: bool,
     ) -> Result<usize, EngineError> {
         let t0 = Instant::now();
+        let reads0 = host.transfers();
         let room = if self.params.recall_match > 0 && self.params.archive > 0 {
             2 * self.params.budget + 64
         } else {
@@ -170,6 +171,7 @@ impl Engine {
             self.enforce_archive_cap(seq);
         }
         let t4 = Instant::now();
+        let reads1 = host.transfers();
         let evicted = self.scratch.evict_cells.len();
         let bytes = self.layers.kv_bytes_per_cell;
         let state = self.seq_entry(seq);
@@ -182,6 +184,8 @@ impl Engine {
         st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
         st.ms_recall += ((t2 - t1) + (t4 - t3)).as_secs_f64() * 1e3;
         st.ms_evict += (t3 - t2).as_secs_f64() * 1e3;
+        st.reads_pass += reads1.0.saturating_sub(reads0.0);
+        st.bytes_pass += reads1.1.saturating_sub(reads0.1);
         result.map(|()| n - evicted + recalled)
     }
 

@@ -75,6 +75,45 @@ impl Host for CHost {
         })
     }
 
+    fn has_score_keys(&self) -> bool {
+        self.0.score_keys.is_some()
+    }
+
+    fn score_keys(
+        &mut self,
+        stream: u32,
+        cells: &[u32],
+        layers: &[i32],
+        n_query: &[i32],
+        queries: &[f32],
+        prob: bool,
+        out: &mut [f32],
+    ) -> i32 {
+        debug_assert_eq!(layers.len(), n_query.len());
+        self.0.score_keys.map_or(-1, |f| unsafe {
+            f(
+                self.0.user,
+                stream,
+                cells.as_ptr(),
+                clamp_len(cells.len()),
+                clamp_len(layers.len()),
+                layers.as_ptr(),
+                n_query.as_ptr(),
+                queries.as_ptr(),
+                prob as i32,
+                out.as_mut_ptr(),
+            )
+        })
+    }
+
+    fn transfers(&mut self) -> (u64, u64) {
+        let (mut n, mut bytes) = (0u64, 0u64);
+        if let Some(f) = self.0.transfers {
+            unsafe { f(self.0.user, &mut n, &mut bytes) };
+        }
+        (n, bytes)
+    }
+
     fn log(&mut self, level: i32, msg: &str) {
         if let Some(f) = self.0.log {
             let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();

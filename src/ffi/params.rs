@@ -2,8 +2,8 @@
 //! goes through its key's [`KeyValue`] conversion, so ranges and messages are the spec form's.
 
 use crate::config::{
-    for_each_key, ArchiveType, ConfigError, Hundredths, KeyValue, Params, Policy, Prefix, Reduce,
-    Rule,
+    for_each_key, ArchiveType, ConfigError, Hundredths, KeyValue, Params, Policy, Prefix, ReadPath,
+    Reduce, Rule,
 };
 
 use super::types::beaconkv_params;
@@ -101,10 +101,10 @@ mod tests {
             "-1 is not a reduction id; allowed 0..=2"
         );
         let mut c = C_DEFAULTS;
-        c.read_copy = 2;
+        c.read_path = 3;
         assert_eq!(
             c.to_params().unwrap_err().message,
-            "2 is not 0 (auto) or 1 (copy)"
+            "3 is not a read path id; allowed 0..=2"
         );
         let mut c = C_DEFAULTS;
         c.prefix = -2;

@@ -75,7 +75,7 @@ macro_rules! abi_constants {
 
 abi_constants! {
     /// Changes whenever a struct's layout or a function's meaning changes.
-    BEACONKV_ABI_VERSION: i32 = 5;
+    BEACONKV_ABI_VERSION: i32 = 6;
     BEACONKV_OK: i32 = 0;
     /// A required pointer was NULL.
     BEACONKV_ERR_NULL: i32 = -1;
@@ -107,6 +107,21 @@ pub type WriteKvFn = unsafe extern "C" fn(
     *const c_void,
     *const c_void,
 ) -> i32;
+/// `beaconkv_host::score_keys`.
+pub type ScoreKeysFn = unsafe extern "C" fn(
+    *mut c_void,
+    u32,
+    *const u32,
+    i32,
+    i32,
+    *const i32,
+    *const i32,
+    *const f32,
+    i32,
+    *mut f32,
+) -> i32;
+/// `beaconkv_host::transfers`.
+pub type TransfersFn = unsafe extern "C" fn(*mut c_void, *mut u64, *mut u64);
 /// `beaconkv_plugin::before_batch`.
 pub type BeforeBatchFn = unsafe extern "C" fn(
     *mut c_void,
@@ -135,7 +150,7 @@ abi_structs! {
         pub span: i32,
         pub q_capacity: i32,
         pub seed: u64,
-        pub read_copy: i32,
+        pub read_path: i32,
         pub score: i32,
         pub prefix_max: i32,
         pub archive: i32,
@@ -192,6 +207,8 @@ abi_structs! {
         pub write_kv: Option<WriteKvFn>,
         pub seq_place:
             Option<unsafe extern "C" fn(*mut c_void, i32, *const i32, i32, *mut u32) -> i32>,
+        pub score_keys: Option<ScoreKeysFn>,
+        pub transfers: Option<TransfersFn>,
     }
 
     /// `beaconkv_plugin`: the hooks as one table whose first argument is the context (`ud`), in
@@ -234,6 +251,10 @@ abi_structs! {
         pub archive_dropped: u64,
         pub archive_bytes: u64,
         pub ms_recall: f64,
+        pub reads_pass: u64,
+        pub bytes_pass: u64,
+        pub reads_capture: u64,
+        pub bytes_capture: u64,
     }
 
     /// `beaconkv_model_desc`: a model's KV shape, for memory accounting.

@@ -1,6 +1,7 @@
 //! `LayerDesc`: a host's layer description, validated into what the engine can score.
 
 use super::RawLayer;
+use crate::config::ReadPath;
 use crate::ggml::rope::Rope;
 use crate::ggml::types::GgmlType;
 
@@ -27,6 +28,8 @@ pub struct LayerDesc {
     pub k_nb2: usize,
     /// K rows are read through `k_data`; otherwise through `Host::read_rows`.
     pub k_direct: bool,
+    /// A pass scores K on the host's backend (`Host::score_keys`) instead of reading its rows.
+    pub k_backend: bool,
     pub q_data: HostPtr,
     pub q_nb1: usize,
     /// Query rows are read through `q_data`; otherwise through `Host::read_rows`.
@@ -47,14 +50,17 @@ impl LayerDesc {
         self.n_head / self.n_head_kv
     }
 
-    /// Validate a host description; `Err` says why the layer cannot be scored. `force_copy`
-    /// reads through `read_rows` even where host memory could be read directly.
+    /// Validate a host description; `Err` says why the layer cannot be scored. `read` says
+    /// where K is read and scored (see [`ReadPath`]); `has_read_rows` and `has_score_keys` what
+    /// the host offers.
     pub fn from_raw(
         host_index: i32,
         raw: &RawLayer,
+        read: ReadPath,
         has_read_rows: bool,
-        force_copy: bool,
+        has_score_keys: bool,
     ) -> Result<Self, String> {
+        let force_copy = read == ReadPath::Copy;
         let dims_ok = raw.head_dim > 0 && raw.n_head > 0 && raw.n_head_kv > 0;
         if !dims_ok || raw.n_head % raw.n_head_kv != 0 {
             return Err(format!(
@@ -71,8 +77,18 @@ impl LayerDesc {
                 k_type.name()
             ));
         }
-        let k_direct = !force_copy && raw.k_on_host && !raw.k_data.is_null();
-        if !k_direct && !has_read_rows {
+        let in_place = raw.k_on_host && !raw.k_data.is_null();
+        let k_direct = read == ReadPath::Auto && in_place;
+        let k_backend = has_score_keys
+            && match read {
+                ReadPath::Auto => !in_place,
+                ReadPath::Backend => true,
+                ReadPath::Copy => false,
+            };
+        if read == ReadPath::Backend && !has_score_keys {
+            return Err("read=backend, but the host cannot score K on its backend".into());
+        }
+        if !k_direct && !k_backend && !has_read_rows {
             return Err("K is not in host memory and the host has no read_rows".into());
         }
         let q_direct = !force_copy && raw.q_on_host && !raw.q_data.is_null();
@@ -122,6 +138,7 @@ impl LayerDesc {
             k_nb1: raw.k_nb1,
             k_nb2: raw.k_nb2,
             k_direct,
+            k_backend,
             q_data: HostPtr(raw.q_data as *const u8),
             q_nb1: raw.q_nb1,
             q_direct,

@@ -105,4 +105,29 @@ pub trait Host {
     fn seq_place(&mut self, _seq: i32, _pos: &[i32], _cells: &mut [u32]) -> i32 {
         -1
     }
+
+    /// Whether `score_keys` is available: the host scores cells where K lives.
+    fn has_score_keys(&self) -> bool {
+        false
+    }
+    /// Scores of `cells` on the backend that holds K, for every layer of `layers` (host
+    /// indices) at once: `queries` holds, layer after layer, `[n_head_kv][n_query[i]][head_dim]`
+    /// prepared queries; `out` gets, layer after layer, `[n_head_kv][cells]` scores: the largest
+    /// logit over the group's queries (`prob` false) or log probability over the cells (true).
+    fn score_keys(
+        &mut self,
+        _stream: u32,
+        _cells: &[u32],
+        _layers: &[i32],
+        _n_query: &[i32],
+        _queries: &[f32],
+        _prob: bool,
+        _out: &mut [f32],
+    ) -> i32 {
+        -1
+    }
+    /// Reads from device or remote buffers the host made for the plugin so far: (calls, bytes).
+    fn transfers(&mut self) -> (u64, u64) {
+        (0, 0)
+    }
 }

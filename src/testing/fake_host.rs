@@ -35,6 +35,7 @@ pub struct Failures {
     pub get_layer: u32,
     pub read_kv: u32,
     pub write_kv: u32,
+    pub score_keys: u32,
 }
 
 /// Counts down one failure; true when this call fails.
@@ -61,6 +62,14 @@ pub struct FakeHost {
     pub via_read_rows: bool,
     /// Offer `read_rows` at all (the C table's pointer is NULL when false).
     pub has_read_rows: bool,
+    /// Offer `score_keys` (scoring where K lives); off by default.
+    pub has_score_keys: bool,
+    /// `score_keys` calls, and the layers they scored in all.
+    pub score_calls: usize,
+    pub score_layers: usize,
+    /// Rows and bytes `read_rows` and `score_keys` handed out (`transfers`).
+    pub transfer_calls: u64,
+    pub transfer_bytes: u64,
     pub fail: Failures,
     /// A callback returned a failure (tests reset it).
     pub failed: bool,
@@ -141,6 +150,11 @@ impl FakeHost {
             listed: vec![0; n_cells],
             via_read_rows: false,
             has_read_rows: true,
+            has_score_keys: false,
+            score_calls: 0,
+            score_layers: 0,
+            transfer_calls: 0,
+            transfer_bytes: 0,
             fail: Failures::default(),
             failed: false,
             dry_evict: false,
@@ -262,6 +276,8 @@ impl FakeHost {
             read_kv: self.has_archive.then_some(c_read_kv as _),
             write_kv: self.has_archive.then_some(c_write_kv as _),
             seq_place: self.has_archive.then_some(c_seq_place as _),
+            score_keys: self.has_score_keys.then_some(c_score_keys as _),
+            transfers: Some(c_transfers),
         }
     }
 }
@@ -383,6 +399,9 @@ impl Host for FakeHost {
             out.len() >= rows.len() * width,
             "read_rows: output too short"
         );
+        // a device host makes one read per row
+        self.transfer_calls += rows.len() as u64;
+        self.transfer_bytes += (rows.len() * width * 4) as u64;
         for (i, &r) in rows.iter().enumerate() {
             let dst = &mut out[i * width..(i + 1) * width];
             let r = r as usize;
@@ -395,6 +414,79 @@ impl Host for FakeHost {
             }
         }
         0
+    }
+
+    fn has_score_keys(&self) -> bool {
+        self.has_score_keys
+    }
+
+    /// The reference computation, in f64: per layer, kv head and cell, the largest logit (or
+    /// log probability over `cells`) over the group's queries.
+    fn score_keys(
+        &mut self,
+        stream: u32,
+        cells: &[u32],
+        layers: &[i32],
+        n_query: &[i32],
+        queries: &[f32],
+        prob: bool,
+        out: &mut [f32],
+    ) -> i32 {
+        if !self.has_score_keys || take(&mut self.fail.score_keys) {
+            self.failed = true;
+            return -1;
+        }
+        assert_eq!(stream, 0, "score_keys: the fake host has one stream");
+        self.score_calls += 1;
+        self.score_layers += layers.len();
+        let (mut q_at, mut o_at) = (0, 0);
+        for (&li, &nq) in layers.iter().zip(n_query) {
+            let l = &self.layers[li as usize];
+            let (d, n_kv) = (l.raw.head_dim as usize, l.raw.n_head_kv as usize);
+            let nq = nq as usize;
+            for g in 0..n_kv {
+                let qs = &queries[q_at + g * nq * d..q_at + (g + 1) * nq * d];
+                let logits: Vec<Vec<f64>> = qs
+                    .chunks_exact(d)
+                    .map(|q| {
+                        cells
+                            .iter()
+                            .map(|&c| {
+                                let k = &l.k[(c as usize * n_kv + g) * d..][..d];
+                                q.iter().zip(k).map(|(a, b)| *a as f64 * b.to_f64()).sum()
+                            })
+                            .collect()
+                    })
+                    .collect();
+                for (ci, o) in out[o_at + g * cells.len()..o_at + (g + 1) * cells.len()]
+                    .iter_mut()
+                    .enumerate()
+                {
+                    let best = logits
+                        .iter()
+                        .map(|row| {
+                            let lse = if prob {
+                                let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                                m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+                            } else {
+                                0.0
+                            };
+                            row[ci] - lse
+                        })
+                        .fold(f64::NEG_INFINITY, f64::max);
+                    *o = best as f32;
+                }
+            }
+            q_at += n_kv * nq * d;
+            o_at += n_kv * cells.len();
+        }
+        self.transfer_calls += layers.len() as u64;
+        self.transfer_bytes += (o_at * 4) as u64;
+        layers.len() as i32
+    }
+
+    fn transfers(&mut self) -> (u64, u64) {
+        (self.transfer_calls, self.transfer_bytes)
     }
 
     fn log(&mut self, _level: i32, msg: &str) {
@@ -585,6 +677,42 @@ unsafe extern "C" fn c_read_rows(
     let rows = std::slice::from_raw_parts(rows, n as usize);
     let out = std::slice::from_raw_parts_mut(out, rows.len() * width);
     h.read_rows(layer, what, stream, rows, out)
+}
+
+#[allow(clippy::too_many_arguments)] // the C callback's signature
+unsafe extern "C" fn c_score_keys(
+    user: *mut c_void,
+    stream: u32,
+    cells: *const u32,
+    n_cells: i32,
+    n_layers: i32,
+    layers: *const i32,
+    n_query: *const i32,
+    queries: *const f32,
+    mode: i32,
+    out: *mut f32,
+) -> i32 {
+    let h = host_of(user);
+    assert!(n_cells > 0 && n_layers > 0, "score_keys: empty call");
+    assert!(mode == 0 || mode == 1, "score_keys: mode = {mode}");
+    let layers = std::slice::from_raw_parts(layers, n_layers as usize);
+    let n_query = std::slice::from_raw_parts(n_query, n_layers as usize);
+    let (mut q_len, mut out_len) = (0, 0);
+    for (&l, &nq) in layers.iter().zip(n_query) {
+        let raw = &h.layers[l as usize].raw;
+        q_len += (raw.n_head_kv * nq * raw.head_dim) as usize;
+        out_len += (raw.n_head_kv * n_cells) as usize;
+    }
+    let cells = std::slice::from_raw_parts(cells, n_cells as usize);
+    let queries = std::slice::from_raw_parts(queries, q_len);
+    let out = std::slice::from_raw_parts_mut(out, out_len);
+    h.score_keys(stream, cells, layers, n_query, queries, mode == 1, out)
+}
+
+unsafe extern "C" fn c_transfers(user: *mut c_void, n_reads: *mut u64, bytes: *mut u64) {
+    let (n, b) = host_of(user).transfers();
+    *n_reads = n;
+    *bytes = b;
 }
 
 unsafe extern "C" fn c_log(user: *mut c_void, level: i32, msg: *const c_char) {

@@ -176,7 +176,7 @@ static int params_equal(const beaconkv_params * a, const beaconkv_params * b) {
     return a->policy == b->policy && a->budget == b->budget && a->budget_min == b->budget_min &&
            a->n_beacons == b->n_beacons && a->n_recent == b->n_recent && a->window == b->window &&
            a->prefix == b->prefix && a->reduce == b->reduce && a->span == b->span &&
-           a->q_capacity == b->q_capacity && a->seed == b->seed && a->read_copy == b->read_copy &&
+           a->q_capacity == b->q_capacity && a->seed == b->seed && a->read_path == b->read_path &&
            a->score == b->score && a->prefix_max == b->prefix_max;
 }
 

@@ -22,7 +22,8 @@ KVC_SAME(llama_kv_plugin_host, beaconkv_host, get_layer);   KVC_SAME(llama_kv_pl
 KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_evict);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, synchronize);
 KVC_SAME(llama_kv_plugin_host, beaconkv_host, read_rows);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, log);
 KVC_SAME(llama_kv_plugin_host, beaconkv_host, read_kv);     KVC_SAME(llama_kv_plugin_host, beaconkv_host, write_kv);
-KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_place);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_place);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, score_keys);
+KVC_SAME(llama_kv_plugin_host, beaconkv_host, transfers);
 static_assert(sizeof(llama_kv_plugin) == sizeof(beaconkv_plugin), "plugin tables differ");
 KVC_SAME(llama_kv_plugin, beaconkv_plugin, ud);             KVC_SAME(llama_kv_plugin, beaconkv_plugin, q_capacity);
 KVC_SAME(llama_kv_plugin, beaconkv_plugin, before_batch);   KVC_SAME(llama_kv_plugin, beaconkv_plugin, after_ubatch);
@@ -129,6 +130,8 @@ bool common_kv_compress_attach(llama_context * ctx, const common_params & params
     char spec[512] = { 0 };
     beaconkv_params_format(&bp, spec, sizeof(spec));
     LOG_INF("%s: KV compression on (beaconkv %s): %s\n", __func__, beaconkv_version(), spec);
+    beaconkv_refresh_layers(bkv);
+    LOG_INF("%s: K is scored: %s\n", __func__, common_kv_compress_scoring_path(ctx).c_str());
     LOG_INF("%s: per sequence: logical context %u tokens, at most %d cells kept; physical cells per stream: %u\n",
             __func__, llama_n_ctx_seq(ctx), bp.policy == BEACONKV_POLICY_NONE ? (int32_t) llama_n_ctx_seq(ctx) : bp.budget,
             llama_kv_plugin_n_cells(ctx));
@@ -172,6 +175,12 @@ bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_k
     out.archive_bytes   = st.archive_bytes;
     out.plugin_ms       = st.ms_capture + st.ms_score + st.ms_evict + st.ms_recall;
     out.active          = beaconkv_is_enabled(bkv);
+    out.reads_pass      = st.reads_pass;
+    out.bytes_pass      = st.bytes_pass;
+    out.reads_capture   = st.reads_capture;
+    out.bytes_capture   = st.bytes_capture;
+    out.n_tokens        = st.n_tokens;
+    out.scoring         = common_kv_compress_scoring_path(ctx);
     return true;
 }
 
@@ -221,6 +230,15 @@ bool common_kv_compress_seq_override(llama_context * ctx, llama_seq_id seq, int3
         return false;
     }
     return true;
+}
+
+std::string common_kv_compress_scoring_path(llama_context * ctx) {
+    beaconkv_context * bkv = common_kv_compress_get(ctx);
+    char buf[128] = { 0 };
+    if (!bkv || beaconkv_scoring_path(bkv, buf, sizeof(buf)) < 0) {
+        return "";
+    }
+    return buf;
 }
 
 std::string common_kv_compress_spec(llama_context * ctx) {

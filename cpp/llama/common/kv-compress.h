@@ -69,6 +69,12 @@ struct common_kv_compress_info {
     uint64_t archive_bytes   = 0; // host memory the archive holds
     double   plugin_ms       = 0.0;
     bool     active          = true; // false once the plugin fell back after a runtime error
+    uint64_t reads_pass      = 0; // reads from device/remote buffers in compression passes, and their bytes
+    uint64_t bytes_pass      = 0;
+    uint64_t reads_capture   = 0; // reads of captured queries, and their bytes
+    uint64_t bytes_capture   = 0;
+    uint64_t n_tokens        = 0; // tokens the sequence(s) saw
+    std::string scoring;          // where K is scored (beaconkv_scoring_path): "in place (30 layers)", "backend (...)"
 };
 
 // false when ctx has no compression plugin attached
@@ -92,3 +98,5 @@ bool common_kv_compress_seq_override(llama_context * ctx, llama_seq_id seq, int3
 
 // canonical spec of the plugin attached to ctx ("" if none)
 std::string common_kv_compress_spec(llama_context * ctx);
+// where the attached plugin reads and scores K (beaconkv_scoring_path); "" when nothing is attached
+std::string common_kv_compress_scoring_path(llama_context * ctx);

@@ -109,6 +109,9 @@ struct llama_kv_plugin_host {
     int32_t (*read_kv)    (void * user, int32_t layer, uint32_t stream, const uint32_t * cells, int32_t n, void * k_out, void * v_out);
     int32_t (*write_kv)   (void * user, int32_t layer, uint32_t stream, const uint32_t * cells, int32_t n, int32_t format, const void * k, const void * v);
     int32_t (*seq_place)  (void * user, llama_seq_id seq, const llama_pos * pos, int32_t n, uint32_t * cells);
+    int32_t (*score_keys) (void * user, uint32_t stream, const uint32_t * cells, int32_t n_cells, int32_t n_layers,
+                           const int32_t * layers, const int32_t * n_query, const float * queries, int32_t mode, float * out);
+    void    (*transfers)  (void * user, uint64_t * n_reads, uint64_t * bytes);
 };
 
 // the host table of ctx (valid while ctx lives; the plugin need not be attached yet: n_layers is 0 until it is)
@@ -154,6 +157,18 @@ LLAMA_API int32_t llama_kv_plugin_write_kv(struct llama_context * ctx, int32_t l
 // before the next decode); writes the chosen cells to cells[]. returns n; < 0 if fewer than n cells are free or a
 // position is negative (nothing is placed then)
 LLAMA_API int32_t llama_kv_plugin_seq_place(struct llama_context * ctx, llama_seq_id seq, const llama_pos * pos, int32_t n, uint32_t * cells);
+
+// scoring on the backend that holds K (one ggml graph for all the given layers; K never comes to the host):
+// for each i < n_layers, plugin layer layers[i] with n_query[i] queries per KV head, laid out one layer after
+// another in `queries` as [n_head_kv][n_query[i]][head_dim] (as the layer's attention would see them: rotated,
+// Hadamard-rotated like K, scaled). Writes, layer after layer, [n_head_kv][n_cells] floats to `out`: the largest
+// q.k over the group's queries (mode 0), or of q.k less that query's log-sum-exp over the cells (mode 1).
+// returns n_layers, < 0 on error (nothing is evicted or changed either way)
+LLAMA_API int32_t llama_kv_plugin_score_keys(struct llama_context * ctx, uint32_t stream, const uint32_t * cells, int32_t n_cells,
+                                             int32_t n_layers, const int32_t * layers, const int32_t * n_query,
+                                             const float * queries, int32_t mode, float * out);
+// reads from backend (non-host) buffers made for the plugin since it was attached: calls and bytes (either may be NULL)
+LLAMA_API void    llama_kv_plugin_transfers(struct llama_context * ctx, uint64_t * n_reads, uint64_t * bytes);
 
 #ifdef __cplusplus
 }

@@ -7,9 +7,11 @@
 #include "llama-hparams.h"
 
 #include "ggml.h"
+#include "ggml-backend.h"
 #include "ggml-cpp.h"
 
 #include <cstdint>
+#include <memory>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -24,7 +26,10 @@ struct llama_kv_plugin_state {
     struct layer {
         int32_t il = -1;
 
-        ggml_tensor * q_store = nullptr; // F32 [n_embd_head_k*n_head, q_capacity + 1], last row = trash
+        ggml_tensor * q_store = nullptr; // F32 [n_embd_head_k*n_head, q_capacity + 1], last row = trash: a view of
+                                         // its group's store, whose rows hold every layer of the group side by side
+        int32_t q_group  = -1;           // index in q_groups
+        size_t  q_offset = 0;            // first float of this layer in a row of the group's store
 
         // recorded from the graph (first build that contains the layer)
         bool    rope_recorded = false;
@@ -53,6 +58,25 @@ struct llama_kv_plugin_state {
 
     std::vector<std::pair<ggml_context_ptr, ggml_backend_buffer_ptr>> ctxs_bufs;
 
+    // query stores, one per K buffer type: row r holds row r of every layer of the group, so the rows of a
+    // ubatch come to the host in one read for all layers (llama_kv_plugin_read_rows keeps them in `mirror`)
+    struct q_group {
+        ggml_tensor *      store = nullptr; // F32 [sum of the layers' n_embd_q, q_capacity + 1]
+        std::vector<float> mirror;          // rows lo..hi of store, read in ubatch `epoch`
+        int64_t            lo = 0, hi = -1;
+        uint64_t           epoch = 0;
+    };
+    std::vector<q_group> q_groups;
+    uint64_t q_epoch = 1; // advanced before every after_ubatch hook: the query stores have new rows
+
+    // reads from backend buffers made on the plugin's behalf (ggml_backend_tensor_get calls and their bytes)
+    uint64_t n_reads    = 0;
+    uint64_t bytes_read = 0;
+
+    // scoring on K's own backends (llama-kv-plugin-score.cpp); created on the first score_keys call
+    struct scorer;
+    std::unique_ptr<scorer, void (*)(scorer *)> score_state { nullptr, nullptr };
+
     bool warned_hook  = false;
     bool warned_shift = false;
 
@@ -72,6 +96,9 @@ llama_cparams llama_kv_plugin_memory_cparams(const llama_context_params & params
 
 // a batch found no memory slot: with the cache sized for the budget, name the flags that give it room
 void llama_kv_plugin_warn_no_slot(const llama_kv_plugin_state * st, int32_t n_tokens, uint32_t n_ctx_seq);
+
+// a counted read of bytes [offs, offs + size) of t into dst (a memcpy for host buffers, not counted)
+void llama_kv_plugin_get(llama_kv_plugin_state * st, const ggml_tensor * t, size_t offs, size_t size, void * dst);
 
 // physical cells per stream of the evictable cache
 uint32_t llama_kv_plugin_n_cells(const llama_kv_plugin_state * st);

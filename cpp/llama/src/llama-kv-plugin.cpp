@@ -350,6 +350,8 @@ int32_t llama_kv_plugin_after_ubatch(llama_kv_plugin_state * st, const llama_uba
 
     const int32_t n = ubatch.n_tokens;
 
+    st->q_epoch++; // the query stores hold this ubatch's rows now
+
     std::vector<int32_t>      rows(n);
     std::vector<llama_seq_id> seq(n);
 
@@ -531,8 +533,11 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
     st->kv           = kv;
     st->protect_last = protect_last;
 
-    // query stores, on the buffer type of each layer's K cache
-    std::map<ggml_backend_buffer_type_t, ggml_context *> ctx_map;
+    // query stores, on the buffer type of each layer's K cache: one store per buffer type whose rows hold
+    // every layer of that type side by side, each layer a view of it
+    std::map<ggml_backend_buffer_type_t, int32_t> group_of;
+    std::vector<ggml_backend_buffer_type_t>      group_buft;
+    std::vector<int64_t>                         group_width;
 
     const auto layer_ids = kv->get_layer_ids();
     for (uint32_t il : layer_ids) {
@@ -541,26 +546,18 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
             continue;
         }
         ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(k->buffer);
-
-        auto itc = ctx_map.find(buft);
-        if (itc == ctx_map.end()) {
-            ggml_init_params params = {
-                /*.mem_size   =*/ size_t(layer_ids.size() + 1)*ggml_tensor_overhead(),
-                /*.mem_buffer =*/ NULL,
-                /*.no_alloc   =*/ true,
-            };
-            ggml_context * c = ggml_init(params);
-            if (!c) {
-                return kvp_refuse("failed to create a ggml context for the query store");
-            }
-            st->ctxs_bufs.emplace_back(c, nullptr);
-            itc = ctx_map.emplace(buft, c).first;
+        auto itg = group_of.find(buft);
+        if (itg == group_of.end()) {
+            itg = group_of.emplace(buft, (int32_t) group_buft.size()).first;
+            group_buft.push_back(buft);
+            group_width.push_back(0);
         }
 
         llama_kv_plugin_state::layer L;
-        L.il      = (int32_t) il;
-        L.q_store = ggml_new_tensor_2d(itc->second, GGML_TYPE_F32, (int64_t) hparams.n_embd_head_k(il)*hparams.n_head(il), p->q_capacity + 1);
-        ggml_format_name(L.q_store, "kvp_q_store_l%d", (int) il);
+        L.il       = (int32_t) il;
+        L.q_group  = itg->second;
+        L.q_offset = (size_t) group_width[itg->second];
+        group_width[itg->second] += (int64_t) hparams.n_embd_head_k(il)*hparams.n_head(il);
 
         st->il_to_layer[(int32_t) il] = (int32_t) st->layers.size();
         st->layers.push_back(std::move(L));
@@ -571,18 +568,37 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
     }
 
     size_t total = 0;
-    for (auto & [buft, c] : ctx_map) {
-        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(c, buft);
+    for (size_t g = 0; g < group_buft.size(); ++g) {
+        ggml_init_params params = {
+            /*.mem_size   =*/ size_t(st->layers.size() + 2)*ggml_tensor_overhead(),
+            /*.mem_buffer =*/ NULL,
+            /*.no_alloc   =*/ true,
+        };
+        ggml_context * c = ggml_init(params);
+        if (!c) {
+            return kvp_refuse("failed to create a ggml context for the query store");
+        }
+        st->ctxs_bufs.emplace_back(c, nullptr);
+
+        llama_kv_plugin_state::q_group G;
+        G.store = ggml_new_tensor_2d(c, GGML_TYPE_F32, group_width[g], p->q_capacity + 1);
+        ggml_format_name(G.store, "kvp_q_store_g%d", (int) g);
+        for (auto & L : st->layers) {
+            if (L.q_group == (int32_t) g) {
+                const int64_t n_embd_q = (int64_t) hparams.n_embd_head_k(L.il)*hparams.n_head(L.il);
+                L.q_store = ggml_view_2d(c, G.store, n_embd_q, p->q_capacity + 1, G.store->nb[1], L.q_offset*sizeof(float));
+                ggml_format_name(L.q_store, "kvp_q_store_l%d", (int) L.il);
+            }
+        }
+        st->q_groups.push_back(std::move(G));
+
+        ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(c, group_buft[g]);
         if (!buf) {
             return kvp_refuse("failed to allocate the query store");
         }
         ggml_backend_buffer_clear(buf, 0);
         total += ggml_backend_buffer_get_size(buf);
-        for (auto & cb : st->ctxs_bufs) {
-            if (cb.first.get() == c) {
-                cb.second.reset(buf);
-            }
-        }
+        st->ctxs_bufs.back().second.reset(buf);
     }
 
     LLAMA_LOG_INFO("%s: KV plugin attached: %zu evictable attention layers%s, query store %d rows, %.2f MiB\n", __func__,
@@ -749,13 +765,32 @@ int32_t llama_kv_plugin_read_rows(llama_context * ctx, int32_t layer, int32_t wh
     const auto & L = st->layers[layer];
 
     if (what == 1) {
-        const ggml_tensor * q = L.q_store;
-        const int64_t ne0 = q->ne[0];
+        // rows lo..hi of the layer's group, read once per ubatch for every layer of the group
+        auto & G = st->q_groups[L.q_group];
+        const int64_t ne0 = L.q_store->ne[0];
+        int64_t lo = INT64_MAX, hi = -1;
         for (int32_t i = 0; i < n; ++i) {
-            if ((int64_t) rows[i] >= q->ne[1]) {
+            if ((int64_t) rows[i] >= L.q_store->ne[1]) {
                 return -1;
             }
-            ggml_backend_tensor_get(q, out + (size_t) i*ne0, (size_t) rows[i]*q->nb[1], ne0*sizeof(float));
+            lo = std::min(lo, (int64_t) rows[i]);
+            hi = std::max(hi, (int64_t) rows[i]);
+        }
+        if (n == 0) {
+            return 0;
+        }
+        if (G.epoch != st->q_epoch || lo < G.lo || hi > G.hi) {
+            const size_t row_floats = (size_t) G.store->ne[0];
+            G.mirror.resize((size_t) (hi - lo + 1)*row_floats);
+            llama_kv_plugin_get(st, G.store, (size_t) lo*G.store->nb[1], G.mirror.size()*sizeof(float), G.mirror.data());
+            G.lo = lo;
+            G.hi = hi;
+            G.epoch = st->q_epoch;
+        }
+        const size_t row_floats = (size_t) G.store->ne[0];
+        for (int32_t i = 0; i < n; ++i) {
+            const float * src = G.mirror.data() + (size_t) (rows[i] - G.lo)*row_floats + L.q_offset;
+            memcpy(out + (size_t) i*ne0, src, ne0*sizeof(float));
         }
         return n;
     }
@@ -784,9 +819,9 @@ int32_t llama_kv_plugin_read_rows(llama_context * ctx, int32_t layer, int32_t wh
         const size_t offs = (size_t) stream*k->nb[2] + (size_t) rows[i]*k->nb[1];
         float * dst = out + (size_t) i*ne0;
         if (k->type == GGML_TYPE_F32) {
-            ggml_backend_tensor_get(k, dst, offs, row_size);
+            llama_kv_plugin_get(st, k, offs, row_size, dst);
         } else {
-            ggml_backend_tensor_get(k, tmp.data(), offs, row_size);
+            llama_kv_plugin_get(st, k, offs, row_size, tmp.data());
             traits->to_float(tmp.data(), dst, ne0);
         }
     }
@@ -794,12 +829,15 @@ int32_t llama_kv_plugin_read_rows(llama_context * ctx, int32_t layer, int32_t wh
     return n;
 }
 
-// bytes [offs, offs + size) of t: a memcpy for host buffers, else through the backend
-static void kvp_get(const ggml_tensor * t, size_t offs, size_t size, void * dst) {
+void llama_kv_plugin_get(llama_kv_plugin_state * st, const ggml_tensor * t, size_t offs, size_t size, void * dst) {
     if (t->buffer && ggml_backend_buffer_is_host(t->buffer)) {
         memcpy(dst, (const char *) t->data + offs, size);
-    } else {
-        ggml_backend_tensor_get(t, dst, offs, size);
+        return;
+    }
+    ggml_backend_tensor_get(t, dst, offs, size);
+    if (st) {
+        st->n_reads++;
+        st->bytes_read += size;
     }
 }
 
@@ -852,6 +890,11 @@ int32_t llama_kv_plugin_read_kv(llama_context * ctx, int32_t layer, uint32_t str
     if (!kvp_kv_view_get(ctx, layer, stream, cells, n, w)) {
         return -1;
     }
+
+    llama_kv_plugin_state * st = ctx->get_kv_plugin();
+    const auto kvp_get = [st](const ggml_tensor * t, size_t offs, size_t size, void * dst) {
+        llama_kv_plugin_get(st, t, offs, size, dst);
+    };
 
     const size_t k_row = ggml_row_size(w.k->type, w.n_embd_k);
     const size_t v_row = ggml_row_size(w.v->type, w.n_embd_v);
@@ -991,6 +1034,15 @@ static int32_t kvp_host_seq_place(void * u, llama_seq_id seq, const llama_pos * 
     return llama_kv_plugin_seq_place((llama_context *) u, seq, pos, n, cells);
 }
 
+static int32_t kvp_host_score_keys(void * u, uint32_t stream, const uint32_t * cells, int32_t n_cells, int32_t n_layers,
+                                   const int32_t * layers, const int32_t * n_query, const float * queries, int32_t mode, float * out) {
+    return llama_kv_plugin_score_keys((llama_context *) u, stream, cells, n_cells, n_layers, layers, n_query, queries, mode, out);
+}
+
+static void kvp_host_transfers(void * u, uint64_t * n_reads, uint64_t * bytes) {
+    llama_kv_plugin_transfers((llama_context *) u, n_reads, bytes);
+}
+
 static void kvp_host_log(void * /*u*/, int32_t level, const char * msg) {
     msg = msg ? msg : "";
     if (level >= 3) {
@@ -1015,6 +1067,8 @@ llama_kv_plugin_host llama_kv_plugin_get_host(llama_context * ctx) {
         /*.read_kv     =*/ kvp_host_read_kv,
         /*.write_kv    =*/ kvp_host_write_kv,
         /*.seq_place   =*/ kvp_host_seq_place,
+        /*.score_keys  =*/ kvp_host_score_keys,
+        /*.transfers   =*/ kvp_host_transfers,
     };
 }
 

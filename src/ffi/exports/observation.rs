@@ -5,7 +5,7 @@
 
 use std::ffi::c_char;
 
-use crate::ffi::boundary::{boundary, clamp_len, with_context, Arg, OnPanic};
+use crate::ffi::boundary::{boundary, clamp_len, with_context, write_c_str, Arg, OnPanic};
 use crate::ffi::context::beaconkv_context;
 use crate::ffi::types::{beaconkv_stats, BEACONKV_OK};
 
@@ -22,6 +22,19 @@ pub unsafe extern "C" fn beaconkv_get_stats(
             .stats(seq)
             .to_c(seq, engine.is_enabled(), engine.in_fallback());
         Ok(BEACONKV_OK)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn beaconkv_scoring_path(
+    ctx: *const beaconkv_context,
+    buf: *mut c_char,
+    len: usize,
+) -> i32 {
+    with_context(ctx, "beaconkv_scoring_path", OnPanic::Return, |inner, _| {
+        let s = inner.engine.scoring_path();
+        write_c_str(buf, len, &s);
+        Ok(clamp_len(s.len()))
     })
 }
 

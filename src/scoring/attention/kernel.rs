@@ -62,6 +62,21 @@ pub struct AttentionKernel {
     /// Page bounds: per kv head, `[q; |q|]` of the group's queries transposed for
     /// `max_dot_lanes` (`[kv head][2 * dim][query, padded to QUERY_LANES]`).
     bound_queries: Vec<f32>,
+    /// Scoring on the host's backend (`LayerDesc::k_backend`): see [`BackendScores`].
+    backend: BackendScores,
+}
+
+/// One `Host::score_keys` call per pass for every layer scored on the host's backend: the
+/// prepared queries of those layers end to end, and the rows that come back.
+#[derive(Default)]
+struct BackendScores {
+    layers: Vec<i32>,
+    n_query: Vec<i32>,
+    queries: Vec<f32>,
+    out: Vec<f32>,
+    /// Per scored layer: where its `[n_head_kv][cells]` rows start in `out` (`None`: not
+    /// scored there).
+    at: Vec<Option<usize>>,
 }
 
 /// Layers every cell is scored on before a pruned pass stops scoring cells that cannot be
@@ -252,7 +267,22 @@ impl AttentionKernel {
                 return Ok(());
             }
         }
+        // archived keys are scored on the host, beside the cells' rows read the same way
+        let on_backend = n_extra == 0 && ctx.layers.iter().any(|l| l.k_backend);
+        if on_backend {
+            self.score_on_backend(ctx, host, source)?;
+            // the raw logits stay on the backend
+            self.raw_max.clear();
+        }
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
+            if on_backend && layer.k_backend {
+                if let Some(at) = self.backend.at[li] {
+                    let len = layer.n_head_kv * n_cells;
+                    rows.add_rows(layer.n_head_kv)
+                        .copy_from_slice(&self.backend.out[at..at + len]);
+                }
+                continue;
+            }
             let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
             if per_group == 0 {
                 continue;
@@ -332,6 +362,57 @@ impl AttentionKernel {
             }
         }
         Ok(())
+    }
+
+    /// Every `k_backend` layer's rows of the pass's cells in one `Host::score_keys` call, into
+    /// `backend.out` (`backend.at` says where each layer's rows start).
+    fn score_on_backend(
+        &mut self,
+        ctx: &ScoreCtx,
+        host: &mut dyn Host,
+        source: QuerySource,
+    ) -> Result<(), ScoreError> {
+        let n = ctx.cells.len();
+        let mut b = std::mem::take(&mut self.backend);
+        b.layers.clear();
+        b.n_query.clear();
+        b.queries.clear();
+        b.at.clear();
+        let mut rows_len = 0;
+        for (layer, lq) in ctx.layers.iter().zip(&ctx.queries.layers) {
+            let per_group = if layer.k_backend {
+                self.prepare_queries(layer, lq, ctx.m_pos, source)
+            } else {
+                0
+            };
+            if per_group == 0 {
+                b.at.push(None);
+                continue;
+            }
+            b.at.push(Some(rows_len));
+            rows_len += layer.n_head_kv * n;
+            b.layers.push(layer.host_index);
+            b.n_query.push(per_group as i32);
+            b.queries.extend_from_slice(&self.queries);
+        }
+        b.out.resize(rows_len, 0.0);
+        let rc = if b.layers.is_empty() || n == 0 {
+            0
+        } else {
+            host.score_keys(
+                ctx.stream, ctx.cells, &b.layers, &b.n_query, &b.queries, ctx.prob, &mut b.out,
+            )
+        };
+        let ok = rc >= 0;
+        let layers = b.layers.len();
+        self.backend = b;
+        if ok {
+            Ok(())
+        } else {
+            Err(ScoreError(format!(
+                "score_keys({layers} layers, {n} cells) failed with {rc}"
+            )))
+        }
     }
 
     /// A pass that only has to find the `evict` lowest cells (largest score over the rows):

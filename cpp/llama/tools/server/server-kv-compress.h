@@ -33,6 +33,14 @@ inline json server_kv_compress_json(llama_context * ctx, llama_seq_id seq) {
         {"archive_bytes",   info.archive_bytes},
         {"plugin_ms",       info.plugin_ms},
         {"active",          info.active},
+        {"scoring",         info.scoring},
+        // reads from device/remote buffers (what K's backend sends the host) in passes and in query capture
+        {"reads_pass",      info.reads_pass},
+        {"bytes_pass",      info.bytes_pass},
+        {"reads_capture",   info.reads_capture},
+        {"bytes_capture",   info.bytes_capture},
+        {"reads_per_pass",  info.compress_events ? (double) info.reads_pass / info.compress_events : 0.0},
+        {"bytes_per_token", info.n_tokens ? (double) (info.bytes_pass + info.bytes_capture) / info.n_tokens : 0.0},
     };
 }
 
@@ -145,6 +153,7 @@ inline json server_kv_compress_props(llama_context * ctx, int32_t n_ctx_slot) {
     }
     return json {
         {"spec",           common_kv_compress_spec(ctx)},
+        {"scoring",        kv.at("scoring")},
         {"cells_physical", kv.at("cells_physical")},
         {"n_ctx_slot",     n_ctx_slot},
     };

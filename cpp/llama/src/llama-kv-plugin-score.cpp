@@ -1,0 +1,229 @@
+// Scoring on K's own backend: the attention scores of a compression pass as one ggml graph over the
+// cache's K tensors, so that K never leaves the backend that holds it (CPU, CUDA, Metal, Vulkan, RPC) and
+// only one score per (KV head, cell) comes back to the host.
+//
+// Per layer: get_rows gathers (and dequantises) the K rows of the listed cells, one mul_mat with the
+// plugin's prepared queries (rotated, Hadamard-rotated like K, scaled) gives every logit, and a max pool
+// over the queries of each GQA group folds them; mode 1 first subtracts each query's log-sum-exp over the
+// cells (log attention probabilities). Every node is pinned to the backend of the layer's K buffer; the
+// inputs (cell ids, queries) are set once on the host and the scheduler moves them.
+
+#include "llama-kv-plugin-impl.h"
+
+#include "llama-context.h"
+#include "llama-impl.h"
+#include "llama-kv-cache.h"
+#include "llama-model.h"
+
+#include <cstring>
+#include <vector>
+
+struct llama_kv_plugin_state::scorer {
+    std::vector<ggml_backend_ptr> backends;      // one per distinct device of the layers' K buffers, then the CPU
+    std::vector<ggml_backend_t>   layer_backend; // per plugin layer
+    ggml_backend_sched_ptr        sched;
+    std::vector<uint8_t>          meta;          // the graph context's tensor and graph memory
+    bool                          failed = false;
+};
+
+static void kvp_scorer_free(llama_kv_plugin_state::scorer * s) {
+    delete s;
+}
+
+static void kvp_set_threads(ggml_backend_t backend, int n_threads) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    if (!reg) {
+        return;
+    }
+    auto fn = (ggml_backend_set_n_threads_t) ggml_backend_reg_get_proc_address(reg, "ggml_backend_set_n_threads");
+    if (fn) {
+        fn(backend, n_threads);
+    }
+}
+
+// the backends and the scheduler, once per attach; nullptr (logged once) when a backend cannot be created
+static llama_kv_plugin_state::scorer * kvp_scorer(llama_context * ctx, llama_kv_plugin_state * st) {
+    if (st->score_state) {
+        return st->score_state->failed ? nullptr : st->score_state.get();
+    }
+    st->score_state = { new llama_kv_plugin_state::scorer(), kvp_scorer_free };
+    auto * s = st->score_state.get();
+
+    const int n_threads = (int) llama_n_threads(ctx);
+    std::vector<ggml_backend_dev_t> devs;
+    for (const auto & L : st->layers) {
+        const ggml_tensor * k = st->kv->get_k_storage(L.il);
+        ggml_backend_dev_t dev = ggml_backend_buft_get_device(ggml_backend_buffer_get_type(k->buffer));
+        if (!dev) {
+            dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        }
+        size_t i = 0;
+        while (i < devs.size() && devs[i] != dev) {
+            ++i;
+        }
+        if (i == devs.size()) {
+            ggml_backend_t b = ggml_backend_dev_init(dev, nullptr);
+            if (!b) {
+                LLAMA_LOG_WARN("%s: cannot create a backend for %s: K is read to the host instead\n", __func__, ggml_backend_dev_name(dev));
+                s->failed = true;
+                return nullptr;
+            }
+            kvp_set_threads(b, n_threads);
+            devs.push_back(dev);
+            s->backends.emplace_back(b);
+        }
+        s->layer_backend.push_back(s->backends[i].get());
+    }
+    // the scheduler's last backend must be the CPU (it holds the inputs)
+    ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+    if (devs.empty() || devs.back() != cpu) {
+        ggml_backend_t b = cpu ? ggml_backend_dev_init(cpu, nullptr) : nullptr;
+        if (!b) {
+            LLAMA_LOG_WARN("%s: cannot create a CPU backend: K is read to the host instead\n", __func__);
+            s->failed = true;
+            return nullptr;
+        }
+        kvp_set_threads(b, n_threads);
+        // a CPU device among the layers' must come last: move it there
+        for (size_t i = 0; i + 1 < devs.size(); ++i) {
+            if (devs[i] == cpu) {
+                s->failed = true;
+                LLAMA_LOG_WARN("%s: K buffers on the CPU and on another device: K is read to the host instead\n", __func__);
+                return nullptr;
+            }
+        }
+        s->backends.emplace_back(b);
+    }
+
+    std::vector<ggml_backend_t> raw;
+    for (auto & b : s->backends) {
+        raw.push_back(b.get());
+    }
+    const size_t graph_size = 24*st->layers.size() + 64;
+    s->sched.reset(ggml_backend_sched_new(raw.data(), nullptr, (int) raw.size(), graph_size, false, false));
+    s->meta.resize(ggml_tensor_overhead()*graph_size + ggml_graph_overhead_custom(graph_size, false));
+    if (!s->sched) {
+        s->failed = true;
+        return nullptr;
+    }
+    return s;
+}
+
+int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const uint32_t * cells, int32_t n_cells,
+                                   int32_t n_layers, const int32_t * layers, const int32_t * n_query,
+                                   const float * queries, int32_t mode, float * out) {
+    auto * st = ctx ? ctx->get_kv_plugin() : nullptr;
+    if (!st || n_cells < 0 || n_layers < 0 || (mode != 0 && mode != 1) ||
+        (n_cells > 0 && !cells) || (n_layers > 0 && (!layers || !n_query || !queries || !out))) {
+        return -1;
+    }
+    if (n_cells == 0 || n_layers == 0) {
+        return 0;
+    }
+    const auto & hparams = ctx->get_model().hparams;
+    for (int32_t i = 0; i < n_layers; ++i) {
+        if (layers[i] < 0 || layers[i] >= (int32_t) st->layers.size() || n_query[i] < 1) {
+            return -1;
+        }
+        const ggml_tensor * k = st->kv->get_k_storage(st->layers[layers[i]].il);
+        if ((int64_t) stream >= k->ne[2]) {
+            return -1;
+        }
+    }
+    for (int32_t c = 0; c < n_cells; ++c) {
+        if (cells[c] >= st->kv->get_size()) {
+            return -1;
+        }
+    }
+
+    auto * s = kvp_scorer(ctx, st);
+    if (!s) {
+        return -1;
+    }
+
+    ggml_init_params params = {
+        /*.mem_size   =*/ s->meta.size(),
+        /*.mem_buffer =*/ s->meta.data(),
+        /*.no_alloc   =*/ true,
+    };
+    ggml_context_ptr gctx { ggml_init(params) };
+    ggml_context * g = gctx.get();
+    const size_t graph_size = 24*st->layers.size() + 64;
+    ggml_cgraph * gf = ggml_new_graph_custom(g, graph_size, false);
+
+    const int64_t n = n_cells;
+    ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, n);
+    ggml_set_input(idx);
+
+    std::vector<ggml_tensor *> q_in(n_layers), res(n_layers);
+    std::vector<size_t> q_off(n_layers + 1, 0), out_off(n_layers + 1, 0);
+    for (int32_t i = 0; i < n_layers; ++i) {
+        const auto &  L      = st->layers[layers[i]];
+        ggml_backend_t be    = s->layer_backend[layers[i]];
+        const int64_t d      = hparams.n_embd_head_k(L.il);
+        const int64_t n_kv   = hparams.n_head_kv(L.il);
+        const int64_t per_g  = n_query[i];
+        ggml_tensor * k      = st->kv->get_k_storage(L.il);
+
+        std::vector<ggml_tensor *> nodes;
+        const auto pin = [&](ggml_tensor * t) { nodes.push_back(t); return t; };
+
+        ggml_tensor * kv   = ggml_view_2d(g, k, k->ne[0], k->ne[1], k->nb[1], (size_t) stream*k->nb[2]);
+        ggml_tensor * rows = pin(ggml_get_rows(g, kv, idx));                              // [d*n_kv, n] F32
+        ggml_tensor * kc   = pin(ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, rows, d, n_kv, n), 0, 2, 1, 3))); // [d, n, n_kv]
+        ggml_tensor * q    = ggml_new_tensor_3d(g, GGML_TYPE_F32, d, per_g, n_kv);         // [d, per_g, n_kv]
+        ggml_set_input(q);
+        ggml_tensor * sc   = pin(ggml_mul_mat(g, kc, q));                                  // [n, per_g, n_kv]
+        if (mode == 1) {
+            // log attention probabilities: each query's logits less their log-sum-exp over the cells
+            ggml_tensor * m   = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, (int) n, 1, (int) n, 1, 0, 0)); // [1, per_g, n_kv]
+            ggml_tensor * e   = pin(ggml_exp(g, pin(ggml_sub(g, sc, m))));
+            ggml_tensor * lse = pin(ggml_add(g, m, pin(ggml_log(g, pin(ggml_sum_rows(g, e))))));
+            sc = pin(ggml_sub(g, sc, lse));
+        }
+        ggml_tensor * r = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0)); // [n, 1, n_kv]
+        ggml_set_output(r);
+        ggml_build_forward_expand(gf, r);
+        for (ggml_tensor * t : nodes) {
+            // an op the layer's backend cannot run goes where the scheduler puts it
+            if (ggml_backend_supports_op(be, t)) {
+                ggml_backend_sched_set_tensor_backend(s->sched.get(), t, be);
+            }
+        }
+        q_in[i]        = q;
+        res[i]         = r;
+        q_off[i + 1]   = q_off[i] + (size_t) (d*per_g*n_kv);
+        out_off[i + 1] = out_off[i] + (size_t) (n*n_kv);
+    }
+
+    ggml_backend_sched_reset(s->sched.get());
+    if (!ggml_backend_sched_alloc_graph(s->sched.get(), gf)) {
+        LLAMA_LOG_WARN("%s: cannot allocate the scoring graph (%d layers, %d cells)\n", __func__, n_layers, n_cells);
+        return -1;
+    }
+    static_assert(sizeof(uint32_t) == sizeof(int32_t), "cell ids as I32");
+    ggml_backend_tensor_set(idx, cells, 0, (size_t) n*sizeof(int32_t));
+    for (int32_t i = 0; i < n_layers; ++i) {
+        ggml_backend_tensor_set(q_in[i], queries + q_off[i], 0, ggml_nbytes(q_in[i]));
+    }
+    if (ggml_backend_sched_graph_compute(s->sched.get(), gf) != GGML_STATUS_SUCCESS) {
+        return -1;
+    }
+    for (int32_t i = 0; i < n_layers; ++i) {
+        llama_kv_plugin_get(st, res[i], 0, ggml_nbytes(res[i]), out + out_off[i]);
+    }
+    // the next graph may reuse this one's memory
+    ggml_backend_sched_reset(s->sched.get());
+    return n_layers;
+}
+
+void llama_kv_plugin_transfers(llama_context * ctx, uint64_t * n_reads, uint64_t * bytes) {
+    auto * st = ctx ? ctx->get_kv_plugin() : nullptr;
+    if (n_reads) {
+        *n_reads = st ? st->n_reads : 0;
+    }
+    if (bytes) {
+        *bytes = st ? st->bytes_read : 0;
+    }
+}
