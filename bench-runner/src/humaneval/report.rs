@@ -1,0 +1,619 @@
+//! pass@1 per function and whole bundles per split, lengths, CPU time and paired exact McNemar
+//! tests per cell, as markdown tables, CSV and plots.
+
+use super::data::Split;
+use super::driver::{Row, RunLine};
+use super::sandbox::Sandbox;
+use super::HumanEvalSettings;
+use crate::plot::{draw_chart, init_fonts, Chart, Series};
+use crate::results::csv_field;
+use crate::tasks::{fmt_accuracy, wilson};
+use plotters::prelude::SeriesLabelPosition;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Functions and bundles of one split in one cell.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Counts {
+    /// Functions that passed, of `n`.
+    pub k: u64,
+    pub n: u64,
+    /// Bundles with every function passed, of `bundles`.
+    pub bundles_passed: u64,
+    pub bundles: u64,
+}
+
+/// The answers of one cell.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cell {
+    pub splits: BTreeMap<Split, Counts>,
+    /// Bundles answered (all splits).
+    pub n: u64,
+    pub prompt: u64,
+    pub gen: u64,
+    /// Answers cut at --n-tokens.
+    pub cut: u64,
+    pub evicted: u64,
+    /// Per task id, passed.
+    pub outcome: BTreeMap<String, bool>,
+    /// The failures' reasons and their counts.
+    pub reasons: BTreeMap<String, u64>,
+    /// CPU seconds of the tool over its finished invocations for this cell, and the bundles they
+    /// answered.
+    pub cpu_s: f64,
+    pub cpu_bundles: u64,
+}
+
+impl Cell {
+    fn add(&mut self, r: &Row) {
+        let c = self.splits.entry(r.split).or_default();
+        c.k += r.passed.iter().filter(|&&p| p).count() as u64;
+        c.n += r.passed.len() as u64;
+        c.bundles += 1;
+        c.bundles_passed += r.all_passed() as u64;
+        self.n += 1;
+        self.prompt += r.n_prompt;
+        self.gen += r.n_gen;
+        self.cut += r.cut as u64;
+        self.evicted += r.evicted;
+        for ((t, &p), why) in r.tasks.iter().zip(&r.passed).zip(&r.reasons) {
+            self.outcome.insert(t.clone(), p);
+            if !p {
+                let short = why.split(':').next().unwrap_or(why).to_string();
+                *self.reasons.entry(short).or_default() += 1;
+            }
+        }
+    }
+
+    pub fn split(&self, s: Split) -> Counts {
+        self.splits.get(&s).cloned().unwrap_or_default()
+    }
+
+    /// Mean prompt + answer tokens per bundle.
+    pub fn mean_total(&self) -> f64 {
+        self.mean(self.prompt + self.gen)
+    }
+
+    pub fn mean_gen(&self) -> f64 {
+        self.mean(self.gen)
+    }
+
+    fn mean(&self, x: u64) -> f64 {
+        if self.n == 0 {
+            f64::NAN
+        } else {
+            x as f64 / self.n as f64
+        }
+    }
+
+    pub fn cpu_per_bundle(&self) -> f64 {
+        if self.cpu_bundles == 0 {
+            f64::NAN
+        } else {
+            self.cpu_s / self.cpu_bundles as f64
+        }
+    }
+
+    /// Mean prompt + answer under `ratio` × budget (never for the full cache, budget 0).
+    pub fn flagged(&self, budget: u32, ratio: f64) -> bool {
+        budget > 0 && self.n > 0 && self.mean_total() < ratio * budget as f64
+    }
+}
+
+/// Two-sided exact McNemar test: the probability, under no difference, of a split of the
+/// `b + c` discordant pairs at least as uneven as `b` against `c` (twice the smaller binomial
+/// tail at 1/2, at most 1).
+pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    let k = b.min(c);
+    let mut ln_term = -(n as f64) * std::f64::consts::LN_2;
+    let mut tail = 0.0;
+    for i in 0..=k {
+        tail += ln_term.exp();
+        ln_term += ((n - i) as f64).ln() - ((i + 1) as f64).ln();
+    }
+    (2.0 * tail).min(1.0)
+}
+
+/// One paired comparison: on the functions both cells answered, those `a` passed and `b`
+/// failed (`lost`: the second cell lost them) and the other way round.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Paired {
+    pub pairs: u64,
+    pub lost: u64,
+    pub won: u64,
+    pub p: f64,
+}
+
+/// `a` against `b` on the task ids both hold (`split`: only that split's).
+pub fn paired(a: &Cell, b: &Cell, split: Option<Split>) -> Paired {
+    let (mut pairs, mut lost, mut won) = (0, 0, 0);
+    for (t, &pa) in &a.outcome {
+        let Some(&pb) = b.outcome.get(t) else {
+            continue;
+        };
+        if let Some(sp) = split {
+            if split_of(t) != Some(sp) {
+                continue;
+            }
+        }
+        pairs += 1;
+        lost += (pa && !pb) as u64;
+        won += (!pa && pb) as u64;
+    }
+    Paired {
+        pairs,
+        lost,
+        won,
+        p: mcnemar_exact(lost, won),
+    }
+}
+
+/// The split of a task id "HumanEval/N".
+fn split_of(task: &str) -> Option<Split> {
+    let n: u32 = task.strip_prefix("HumanEval/")?.parse().ok()?;
+    Some(if n < super::data::HELDOUT_FROM {
+        Split::Tune
+    } else {
+        Split::Heldout
+    })
+}
+
+fn fmt_paired(p: &Paired) -> String {
+    if p.pairs == 0 {
+        "–".into()
+    } else {
+        format!("−{} +{}, p={:.2} (n={})", p.lost, p.won, p.p, p.pairs)
+    }
+}
+
+fn budget_label(b: u32) -> String {
+    if b == 0 {
+        "–".into()
+    } else {
+        b.to_string()
+    }
+}
+
+pub struct Report {
+    pub s: HumanEvalSettings,
+    pub cells: Vec<(String, u32)>,
+    /// Key: (policy entry, budget; 0 for the full cache).
+    pub by: BTreeMap<(String, u32), Cell>,
+}
+
+/// A comparison: its label, the budget, the two cells (the first is the reference).
+type Comparison = (String, u32, (String, u32), (String, u32));
+
+impl Report {
+    /// Aggregates the rows of the run's cells and splits (rows of bundles beyond `--bundles` count
+    /// too: a rerun with fewer bundles keeps what is done), and the tool's CPU time per cell.
+    pub fn new(
+        s: &HumanEvalSettings,
+        cells: &[(String, u32)],
+        rows: &[Row],
+        runs: &[RunLine],
+    ) -> Report {
+        let mut by: BTreeMap<(String, u32), Cell> = BTreeMap::new();
+        for r in rows {
+            if s.splits.contains(&r.split)
+                && cells.iter().any(|(p, b)| *p == r.policy && *b == r.budget)
+            {
+                by.entry((r.policy.clone(), r.budget)).or_default().add(r);
+            }
+        }
+        for r in runs {
+            if let Some(c) = by.get_mut(&(r.policy.clone(), r.budget)) {
+                c.cpu_s += r.cpu_s;
+                c.cpu_bundles += r.bundles.len() as u64;
+            }
+        }
+        Report {
+            s: s.clone(),
+            cells: cells.to_vec(),
+            by,
+        }
+    }
+
+    pub fn get(&self, policy: &str, budget: u32) -> Cell {
+        self.by
+            .get(&(policy.to_string(), budget))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn mark(&self, c: &Cell, budget: u32) -> &'static str {
+        if c.flagged(budget, self.s.min_ratio) {
+            " *"
+        } else {
+            ""
+        }
+    }
+
+    /// Per cell and split: pass@1 per function [Wilson 95%] (k/n) and bundles with every function
+    /// passed; `*` marks a cell whose mean prompt + answer is under `--min-ratio` × budget.
+    pub fn table(&self) -> String {
+        let mut t = String::from("| policy | budget |");
+        for sp in &self.s.splits {
+            let _ = write!(t, " pass@1 {} |", sp.title());
+        }
+        for sp in &self.s.splits {
+            let _ = write!(t, " bundles all passed, {} |", sp.title());
+        }
+        t.push_str(" prompt + answer tokens |\n| --- | --- |");
+        for _ in 0..2 * self.s.splits.len() + 1 {
+            t.push_str(" --- |");
+        }
+        t.push('\n');
+        for (p, b) in &self.cells {
+            let c = self.get(p, *b);
+            let name = if p == "none" { "none (full cache)" } else { p };
+            let _ = write!(t, "| {name} | {}{} |", budget_label(*b), self.mark(&c, *b));
+            for &sp in &self.s.splits {
+                let x = c.split(sp);
+                let _ = write!(t, " {} |", fmt_accuracy(x.k, x.n));
+            }
+            for &sp in &self.s.splits {
+                let x = c.split(sp);
+                let _ = write!(t, " {} |", fmt_accuracy(x.bundles_passed, x.bundles));
+            }
+            let _ = writeln!(t, " {:.0} |", c.mean_total());
+        }
+        let _ = write!(
+            t,
+            "\npass@1: functions whose tests pass [Wilson 95% interval] (passed/run), one greedy answer \
+             each; bundles all passed: requests with every function passing. Prompt + answer: mean \
+             tokens per bundle. `*`: mean prompt + answer under {} x the budget, too short for the \
+             budget to be tested.\n",
+            self.s.min_ratio
+        );
+        t
+    }
+
+    /// Per cell: lengths, cut answers, evictions, CPU time, and the failures by reason.
+    pub fn detail_table(&self) -> String {
+        let mut t = String::from(
+            "| policy | budget | prompt tokens | generated tokens | answers cut | cells evicted per bundle | CPU s per bundle | CPU s | failures by reason |\n\
+             | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+        );
+        for (p, b) in &self.cells {
+            let c = self.get(p, *b);
+            let reasons: Vec<String> = c.reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
+            let _ = writeln!(
+                t,
+                "| {p} | {} | {:.0} | {:.0} | {}/{} | {:.0} | {:.1} | {:.0} | {} |",
+                budget_label(*b),
+                c.mean(c.prompt),
+                c.mean_gen(),
+                c.cut,
+                c.n,
+                c.mean(c.evicted),
+                c.cpu_per_bundle(),
+                c.cpu_s,
+                if reasons.is_empty() {
+                    "–".into()
+                } else {
+                    reasons.join(", ")
+                }
+            );
+        }
+        t
+    }
+
+    /// Every compressed cell against the full cache, then the reference policy against each other
+    /// policy at the same budget.
+    pub fn comparisons(&self) -> Vec<Comparison> {
+        let full = ("none".to_string(), 0);
+        let mut out: Vec<Comparison> = self
+            .cells
+            .iter()
+            .filter(|(p, _)| p != "none")
+            .map(|(p, b)| {
+                (
+                    format!("full cache vs {p}"),
+                    *b,
+                    full.clone(),
+                    (p.clone(), *b),
+                )
+            })
+            .collect();
+        if let Some(r) = &self.s.reference {
+            for &b in &self.s.budgets {
+                for p in self.s.policies.iter().filter(|p| *p != r) {
+                    out.push((format!("{r} vs {p}"), b, (r.clone(), b), (p.clone(), b)));
+                }
+            }
+        }
+        out
+    }
+
+    /// The paired comparisons: for each, per split and over the splits run, the functions the
+    /// second cell lost (−) and won (+) against the first, and the exact McNemar p.
+    pub fn mcnemar_table(&self) -> String {
+        let mut t = String::from("| comparison | budget |");
+        for sp in &self.s.splits {
+            let _ = write!(t, " {} |", sp.title());
+        }
+        let both = self.s.splits.len() > 1;
+        if both {
+            t.push_str(" both |");
+        }
+        t.push_str("\n| --- | --- |");
+        for _ in 0..self.s.splits.len() + both as usize {
+            t.push_str(" --- |");
+        }
+        t.push('\n');
+        for (label, b, x, y) in self.comparisons() {
+            let (cx, cy) = (self.get(&x.0, x.1), self.get(&y.0, y.1));
+            let _ = write!(t, "| {label} | {b} |");
+            for &sp in &self.s.splits {
+                let _ = write!(t, " {} |", fmt_paired(&paired(&cx, &cy, Some(sp))));
+            }
+            if both {
+                let _ = write!(t, " {} |", fmt_paired(&paired(&cx, &cy, None)));
+            }
+            t.push('\n');
+        }
+        t.push_str(
+            "\nOn the functions both cells answered: −k the second cell failed where the first passed, \
+             +k the other way round; p: two-sided exact McNemar test (binomial on the discordant \
+             pairs).\n",
+        );
+        t
+    }
+
+    /// --quick: the table has a row per cell and a column per split, and every cell every
+    /// function and bundle of the splits run.
+    pub fn check_shape(&self) -> Result<(), String> {
+        let table = self.table();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        // header, separator, one per cell
+        if rows.len() != 2 + self.cells.len() {
+            return Err(format!("--quick: table has {} rows:\n{table}", rows.len()));
+        }
+        let width = 3 + 2 * self.s.splits.len() + 1;
+        for r in &rows {
+            if r.matches('|').count() != width {
+                return Err(format!("--quick: table row of the wrong width: {r}"));
+            }
+        }
+        let per = self.s.bundles.unwrap_or(1) as u64;
+        for (p, b) in &self.cells {
+            let c = self.get(p, *b);
+            for &sp in &self.s.splits {
+                let x = c.split(sp);
+                if x.bundles != per || x.n != per * self.s.bundle_size as u64 {
+                    return Err(format!(
+                        "--quick: {p} at {b}, {}: {} bundles ({} functions), expected {per} of {}",
+                        sp.as_str(),
+                        x.bundles,
+                        x.n,
+                        self.s.bundle_size
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn csv(&self) -> String {
+        let mut t = String::from(
+            "policy,budget,split,passed,functions,pass1,wilson_lo,wilson_hi,bundles_passed,bundles,\
+             mean_prompt,mean_gen,mean_total,cut,evicted_per_bundle,cpu_s,cpu_s_per_bundle,flagged\n",
+        );
+        for (p, b) in &self.cells {
+            let c = self.get(p, *b);
+            for &sp in &self.s.splits {
+                let x = c.split(sp);
+                let (lo, hi) = wilson(x.k, x.n);
+                let _ = writeln!(
+                    t,
+                    "{},{b},{},{},{},{:.4},{lo:.4},{hi:.4},{},{},{:.1},{:.1},{:.1},{},{:.1},{:.1},{:.2},{}",
+                    csv_field(p),
+                    sp.as_str(),
+                    x.k,
+                    x.n,
+                    if x.n == 0 { f64::NAN } else { x.k as f64 / x.n as f64 },
+                    x.bundles_passed,
+                    x.bundles,
+                    c.mean(c.prompt),
+                    c.mean_gen(),
+                    c.mean_total(),
+                    c.cut,
+                    c.mean(c.evicted),
+                    c.cpu_s,
+                    c.cpu_per_bundle(),
+                    c.flagged(*b, self.s.min_ratio)
+                );
+            }
+        }
+        t
+    }
+
+    pub fn mcnemar_csv(&self) -> String {
+        let mut t = String::from("first,second,budget,split,pairs,lost,won,p\n");
+        for (_, b, x, y) in self.comparisons() {
+            let (cx, cy) = (self.get(&x.0, x.1), self.get(&y.0, y.1));
+            let splits: Vec<Option<Split>> = self
+                .s
+                .splits
+                .iter()
+                .map(|&s| Some(s))
+                .chain(std::iter::once(None))
+                .collect();
+            for sp in splits {
+                let r = paired(&cx, &cy, sp);
+                let _ = writeln!(
+                    t,
+                    "{},{},{b},{},{},{},{},{:.4}",
+                    csv_field(&format!("{}@{}", x.0, x.1)),
+                    csv_field(&y.0),
+                    sp.map_or("all", Split::as_str),
+                    r.pairs,
+                    r.lost,
+                    r.won,
+                    r.p
+                );
+            }
+        }
+        t
+    }
+
+    pub fn summary_markdown(&self, model: &Path, sandbox: &Sandbox, seconds: f64) -> String {
+        let s = &self.s;
+        let mut m = String::from("# HumanEval in long answers (beaconkv-bench humaneval)\n\n");
+        let splits: Vec<&str> = s.splits.iter().map(|x| x.title()).collect();
+        let _ = writeln!(
+            m,
+            "Model `{}`; requests of {} HumanEval functions each ({}{}), at most {} generated tokens \
+             per answer, greedy, {} requests decoded together, {} thread(s). Each function is taken \
+             from the answer and run with the problem's tests in a separate Python process \
+             ({} s limit, {} MiB address space; network: {}). This invocation took {:.0} s.\n",
+            model.display(),
+            s.bundle_size,
+            splits.join(", "),
+            s.bundles
+                .map(|n| format!("; the first {n} bundles of each"))
+                .unwrap_or_default(),
+            s.n_tokens,
+            s.parallel,
+            s.run.threads,
+            s.timeout,
+            s.memory_mb,
+            sandbox.network(),
+            seconds
+        );
+        m.push_str(&self.table());
+        m.push_str("\n## Paired comparisons\n\n");
+        m.push_str(&self.mcnemar_table());
+        m.push_str("\n## Per cell\n\n");
+        m.push_str(&self.detail_table());
+        m.push_str(
+            "\nCPU s: the tool's process over its finished invocations for the cell (prompt, \
+             generation, compression; the checks not counted), per bundle answered.\n",
+        );
+        m
+    }
+
+    pub fn plot(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
+        init_fonts()?;
+        let s = &self.s;
+        let (lo, hi) = (
+            *s.budgets.iter().min().unwrap_or(&1) as f64,
+            *s.budgets.iter().max().unwrap_or(&1) as f64,
+        );
+        let full = self.get("none", 0);
+        let mut written = Vec::new();
+        let n = s.policies.len().max(1) as f64;
+        let shift = |i: usize| 2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03);
+        for &sp in &s.splits {
+            let rate = |c: &Cell| {
+                let x = c.split(sp);
+                if x.n == 0 {
+                    f64::NAN
+                } else {
+                    x.k as f64 / x.n as f64
+                }
+            };
+            let mut series: Vec<Series> = s
+                .policies
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let cells: Vec<(f64, Cell)> = s
+                        .budgets
+                        .iter()
+                        .map(|&b| (b as f64 * shift(i), self.get(p, b)))
+                        .filter(|(_, c)| rate(c).is_finite())
+                        .collect();
+                    Series {
+                        label: p.clone(),
+                        points: cells.iter().map(|(x, c)| (*x, rate(c))).collect(),
+                        dashed: false,
+                        errors: cells
+                            .iter()
+                            .map(|(_, c)| {
+                                let x = c.split(sp);
+                                wilson(x.k, x.n)
+                            })
+                            .collect(),
+                    }
+                })
+                .collect();
+            let f = full.split(sp);
+            if f.n > 0 {
+                series.push(Series {
+                    label: format!("full cache ({})", fmt_accuracy(f.k, f.n)),
+                    points: vec![(lo, rate(&full)), (hi, rate(&full))],
+                    dashed: true,
+                    errors: Vec::new(),
+                });
+            }
+            let path = dir.join(format!("accuracy-{}.png", sp.as_str()));
+            let title = format!("HumanEval pass@1 vs KV budget, {}", sp.title());
+            draw_chart(&Chart {
+                path: &path,
+                title: &title,
+                x_desc: "KV budget (cells)",
+                y_desc: "pass@1 per function (Wilson 95%)",
+                x_log2: true,
+                y_min: Some(0.0),
+                y_max: Some(1.05),
+                series,
+                legend: SeriesLabelPosition::LowerRight,
+            })?;
+            written.push(path);
+        }
+        let mut series: Vec<Series> = s
+            .policies
+            .iter()
+            .map(|p| Series {
+                label: p.clone(),
+                points: s
+                    .budgets
+                    .iter()
+                    .map(|&b| (b as f64, self.get(p, b).mean_total()))
+                    .filter(|(_, y)| y.is_finite())
+                    .collect(),
+                dashed: false,
+                errors: Vec::new(),
+            })
+            .collect();
+        if full.n > 0 {
+            series.push(Series {
+                label: format!("full cache ({:.0} tokens)", full.mean_total()),
+                points: vec![(lo, full.mean_total()), (hi, full.mean_total())],
+                dashed: true,
+                errors: Vec::new(),
+            });
+        }
+        series.push(Series {
+            label: format!("{} x budget", s.min_ratio),
+            points: s
+                .budgets
+                .iter()
+                .map(|&b| (b as f64, s.min_ratio * b as f64))
+                .collect(),
+            dashed: true,
+            errors: Vec::new(),
+        });
+        let path = dir.join("length.png");
+        draw_chart(&Chart {
+            path: &path,
+            title: "Mean prompt + answer length vs KV budget",
+            x_desc: "KV budget (cells)",
+            y_desc: "mean prompt + answer tokens per bundle",
+            x_log2: true,
+            y_min: Some(0.0),
+            y_max: None,
+            series,
+            legend: SeriesLabelPosition::LowerRight,
+        })?;
+        written.push(path);
+        Ok(written)
+    }
+}
