@@ -438,15 +438,19 @@ def report(a):
     L.append("")
     L.append("## Decode speed (greedy, batch 1; ms/token over the 64 tokens before each length)")
     L.append("")
-    L.append("| model | FA | context | config | ms/token | tok/s | cells | KV MiB (device log) | KV MiB (cells x bytes) | plugin share | capture ms/tok | score ms/tok | GPU MiB used (peak) |")
-    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    L.append("| model | FA | context | config | ms/token | tok/s | cells | KV MiB (device log) | KV MiB (cells x bytes) | plugin share | capture ms/tok | score ms/tok | K scored | reads/pass | KiB to host/token | GPU MiB used (peak) |")
+    L.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
         ctx = r["context"]
         share = 100.0 * r["plugin_ms"] / r["decode_ms"] if r.get("decode_ms") else None
-        L.append("| %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |" % (
+        passes = r.get("compress_events") or 0
+        to_host = (r.get("bytes_pass", 0) + r.get("bytes_capture", 0)) / 1024.0 / ctx
+        L.append("| %s | %s | %d | %s | %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["model"], r["fa"], ctx, r["config"], fmt(r["ms_per_token"]), fmt(1000.0 / r["ms_per_token"] if r["ms_per_token"] else None, 1),
             r["cells"], fmt(r.get("kv_mib_device_log")), fmt(r.get("kv_mib_cells")), fmt(share, 1) + "%",
-            fmt(r["plugin_ms_capture"] / ctx, 3), fmt(r["plugin_ms_score"] / ctx, 3), r.get("gpu_mib_used_peak") or "–"))
+            fmt(r["plugin_ms_capture"] / ctx, 3), fmt(r["plugin_ms_score"] / ctx, 3), r.get("scoring") or "–",
+            fmt(r.get("reads_pass", 0) / passes, 1) if passes else "–", fmt(to_host, 2),
+            r.get("gpu_mib_used_peak") or "–"))
     L.append("")
     L.append("## Steps")
     L.append("")

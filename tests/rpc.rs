@@ -49,8 +49,13 @@ impl Drop for RpcServer {
     }
 }
 
-/// Generated text and the stats JSON of one beaconkv-cli run.
+/// Generated text and the stats JSON of one beaconkv-cli run at budget 96.
 fn generate(tag: &str, extra: &[&str]) -> (String, Value, String) {
+    generate_at(tag, "96", extra)
+}
+
+/// Generated text and the stats JSON of one beaconkv-cli run at `budget`.
+fn generate_at(tag: &str, budget: &str, extra: &[&str]) -> (String, Value, String) {
     let dir = std::env::temp_dir().join(format!("beaconkv-rpc-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let json = dir.join("stats.json");
@@ -73,7 +78,7 @@ fn generate(tag: &str, extra: &[&str]) -> (String, Value, String) {
             "--kv-compress",
             "beacon",
             "--kv-budget",
-            "96",
+            budget,
             "--kv-window",
             "16",
         ])
@@ -122,9 +127,9 @@ fn compression_through_rpc_matches_the_local_run() {
     assert_eq!(local_text, rpc_text, "generated text differs through RPC");
 }
 
-/// With K on the RPC device, a compression pass reads one score row block per layer from it, not
-/// one K row per cell: the reads per pass are the same at budgets 96 and 192 and at most one per
-/// layer, and query capture reads once per decode call for all layers. The copy path (`read=copy`)
+/// With K on the RPC device, a compression pass reads the scores of every layer from it in one
+/// read, not one K row per cell: the reads per pass are the same at budgets 96 and 192 (one), and
+/// query capture reads once per ubatch for all layers. The copy path (`read=copy`)
 /// reads at least a row per cell and layer.
 #[test]
 fn rpc_passes_read_a_constant_number_of_times_per_layer() {
@@ -132,16 +137,16 @@ fn rpc_passes_read_a_constant_number_of_times_per_layer() {
     let endpoint = format!("127.0.0.1:{}", rpc.port);
     let remote = ["--rpc", endpoint.as_str(), "-ngl", "99"];
     let layers = 2u64; // scripts/make_tiny_gguf.py's default
-    let run = |tag: &str, extra: &[&str]| {
+    let run = |tag: &str, budget: &str, extra: &[&str]| {
         let args: Vec<&str> = remote.iter().chain(extra).copied().collect();
-        generate(tag, &args).1
+        generate_at(tag, budget, &args).1
     };
     let per_pass = |s: &Value| {
         s["reads_pass"].as_u64().unwrap() as f64 / s["compress_events"].as_u64().unwrap() as f64
     };
-    let small = run("rpc-96", &[]);
-    let large = run("rpc-192", &["--kv-budget", "192"]);
-    let copy = run("rpc-copy", &["--kv-compress-spec", "read=copy"]);
+    let small = run("rpc-96", "96", &[]);
+    let large = run("rpc-192", "192", &[]);
+    let copy = run("rpc-copy", "96", &["--kv-compress-spec", "read=copy"]);
     for s in [&small, &large] {
         assert!(
             s["scoring"].as_str().unwrap().starts_with("backend ("),
@@ -150,11 +155,13 @@ fn rpc_passes_read_a_constant_number_of_times_per_layer() {
         assert!(s["compress_events"].as_u64().unwrap() > 10, "{s}");
         assert_eq!(
             per_pass(s),
-            layers as f64,
-            "one read per layer and pass: {s}"
+            1.0,
+            "one read per pass for all layers: {s}"
         );
-        // one read per decode call (prompt: one ubatch), however many layers
-        let calls = s["n_generated"].as_u64().unwrap() + 1;
+        // one read per ubatch, however many layers: one per generated token and the prompt's
+        // ubatches of 32 tokens (n_ubatch is clamped to max(budget / 8, 32))
+        let prompt_ubatches = s["n_prompt"].as_u64().unwrap().div_ceil(32);
+        let calls = s["n_generated"].as_u64().unwrap() + prompt_ubatches;
         assert!(s["reads_capture"].as_u64().unwrap() <= calls, "{s}");
     }
     assert_eq!(per_pass(&small), per_pass(&large));

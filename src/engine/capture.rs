@@ -39,7 +39,10 @@ impl Engine {
         if !capture {
             return Ok(());
         }
+        // the wait for the ubatch's graph is decode time, not the plugin's
+        let sync_start = Instant::now();
         host.synchronize();
+        let waited = sync_start.elapsed();
         let reads0 = host.transfers();
         let (seqs, scratch) = (&mut self.seqs, &mut self.capture);
         let mut failed_read = None;
@@ -108,7 +111,7 @@ impl Engine {
             state.stats.bytes_capture += reads1.1.saturating_sub(reads0.1);
         }
         // Attribute the capture time to sequences by their share of the tokens.
-        let ms = t0.elapsed().as_secs_f64() * 1e3 / pos.len().max(1) as f64;
+        let ms = t0.elapsed().saturating_sub(waited).as_secs_f64() * 1e3 / pos.len().max(1) as f64;
         for &s in seq_id {
             if let Some(state) = self.seqs.get_mut(&s) {
                 state.stats.ms_capture += ms;

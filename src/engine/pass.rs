@@ -97,10 +97,14 @@ impl Engine {
         let prefix = self.effective_prefix(seq, host);
         let mut result = Ok(());
         let mut m = 0;
+        let mut waited = std::time::Duration::ZERO;
         if self.scoring_for(policy) == Scoring::Policy {
             if policy.uses_queries() {
-                // K of the last decode call may still be in flight on an asynchronous backend.
+                // K of the last decode call may still be in flight on an asynchronous backend;
+                // the wait is decode time, not the plugin's
+                let sync_start = Instant::now();
                 host.synchronize();
+                waited = sync_start.elapsed();
             }
             if has_archived && self.candidates_wanted(seq, swap) {
                 m = self.pick_candidates(seq, stream, n);
@@ -181,7 +185,7 @@ impl Engine {
         st.kv_bytes_saved += evicted as u64 * bytes;
         st.cells_in_use = n - evicted + recalled;
         st.recalled += recalled as u64;
-        st.ms_score += (t1 - t0).as_secs_f64() * 1e3;
+        st.ms_score += (t1 - t0).saturating_sub(waited).as_secs_f64() * 1e3;
         st.ms_recall += ((t2 - t1) + (t4 - t3)).as_secs_f64() * 1e3;
         st.ms_evict += (t3 - t2).as_secs_f64() * 1e3;
         st.reads_pass += reads1.0.saturating_sub(reads0.0);

@@ -147,6 +147,8 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         /*.mem_buffer =*/ s->meta.data(),
         /*.no_alloc   =*/ true,
     };
+    // (a reset also clears the backends the nodes are pinned to below)
+    ggml_backend_sched_reset(s->sched.get());
     ggml_context_ptr gctx { ggml_init(params) };
     ggml_context * g = gctx.get();
     const size_t graph_size = 24*st->layers.size() + 64;
@@ -156,8 +158,27 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, n);
     ggml_set_input(idx);
 
-    std::vector<ggml_tensor *> q_in(n_layers), res(n_layers);
+    std::vector<ggml_tensor *> res(n_layers);
     std::vector<size_t> q_off(n_layers + 1, 0), out_off(n_layers + 1, 0);
+    for (int32_t i = 0; i < n_layers; ++i) {
+        const int32_t il = st->layers[layers[i]].il;
+        q_off[i + 1]   = q_off[i] + (size_t) (hparams.n_embd_head_k(il)*n_query[i]*hparams.n_head_kv(il));
+        out_off[i + 1] = out_off[i] + (size_t) (n*hparams.n_head_kv(il));
+    }
+    // when one backend scores every layer, the layers' rows go into one output tensor: one read per pass
+    bool one_backend = true;
+    for (int32_t i = 1; i < n_layers; ++i) {
+        one_backend = one_backend && s->layer_backend[layers[i]] == s->layer_backend[layers[0]];
+    }
+    // every layer's queries in one input, set once
+    ggml_tensor * q_all = ggml_new_tensor_1d(g, GGML_TYPE_F32, (int64_t) q_off[n_layers]);
+    ggml_set_input(q_all);
+    ggml_tensor * all = nullptr;
+    if (one_backend) {
+        all = ggml_new_tensor_1d(g, GGML_TYPE_F32, (int64_t) out_off[n_layers]);
+        ggml_set_output(all);
+        ggml_backend_sched_set_tensor_backend(s->sched.get(), all, s->layer_backend[layers[0]]);
+    }
     for (int32_t i = 0; i < n_layers; ++i) {
         const auto &  L      = st->layers[layers[i]];
         ggml_backend_t be    = s->layer_backend[layers[i]];
@@ -172,8 +193,8 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         ggml_tensor * kv   = ggml_view_2d(g, k, k->ne[0], k->ne[1], k->nb[1], (size_t) stream*k->nb[2]);
         ggml_tensor * rows = pin(ggml_get_rows(g, kv, idx));                              // [d*n_kv, n] F32
         ggml_tensor * kc   = pin(ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, rows, d, n_kv, n), 0, 2, 1, 3))); // [d, n, n_kv]
-        ggml_tensor * q    = ggml_new_tensor_3d(g, GGML_TYPE_F32, d, per_g, n_kv);         // [d, per_g, n_kv]
-        ggml_set_input(q);
+        ggml_tensor * q    = ggml_view_3d(g, q_all, d, per_g, n_kv, d*sizeof(float), d*per_g*sizeof(float),
+                                          q_off[i]*sizeof(float));                          // [d, per_g, n_kv]
         ggml_tensor * sc   = pin(ggml_mul_mat(g, kc, q));                                  // [n, per_g, n_kv]
         if (mode == 1) {
             // log attention probabilities: each query's logits less their log-sum-exp over the cells
@@ -183,7 +204,12 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
             sc = pin(ggml_sub(g, sc, lse));
         }
         ggml_tensor * r = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0)); // [n, 1, n_kv]
-        ggml_set_output(r);
+        if (all) {
+            ggml_tensor * dst = pin(ggml_view_1d(g, all, n*n_kv, out_off[i]*sizeof(float)));
+            r = pin(ggml_cpy(g, r, dst));
+        } else {
+            ggml_set_output(r);
+        }
         ggml_build_forward_expand(gf, r);
         for (ggml_tensor * t : nodes) {
             // an op the layer's backend cannot run goes where the scheduler puts it
@@ -191,27 +217,25 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
                 ggml_backend_sched_set_tensor_backend(s->sched.get(), t, be);
             }
         }
-        q_in[i]        = q;
-        res[i]         = r;
-        q_off[i + 1]   = q_off[i] + (size_t) (d*per_g*n_kv);
-        out_off[i + 1] = out_off[i] + (size_t) (n*n_kv);
+        res[i] = r;
     }
 
-    ggml_backend_sched_reset(s->sched.get());
     if (!ggml_backend_sched_alloc_graph(s->sched.get(), gf)) {
         LLAMA_LOG_WARN("%s: cannot allocate the scoring graph (%d layers, %d cells)\n", __func__, n_layers, n_cells);
         return -1;
     }
     static_assert(sizeof(uint32_t) == sizeof(int32_t), "cell ids as I32");
     ggml_backend_tensor_set(idx, cells, 0, (size_t) n*sizeof(int32_t));
-    for (int32_t i = 0; i < n_layers; ++i) {
-        ggml_backend_tensor_set(q_in[i], queries + q_off[i], 0, ggml_nbytes(q_in[i]));
-    }
+    ggml_backend_tensor_set(q_all, queries, 0, ggml_nbytes(q_all));
     if (ggml_backend_sched_graph_compute(s->sched.get(), gf) != GGML_STATUS_SUCCESS) {
         return -1;
     }
-    for (int32_t i = 0; i < n_layers; ++i) {
-        llama_kv_plugin_get(st, res[i], 0, ggml_nbytes(res[i]), out + out_off[i]);
+    if (all) {
+        llama_kv_plugin_get(st, all, 0, ggml_nbytes(all), out);
+    } else {
+        for (int32_t i = 0; i < n_layers; ++i) {
+            llama_kv_plugin_get(st, res[i], 0, ggml_nbytes(res[i]), out + out_off[i]);
+        }
     }
     // the next graph may reuse this one's memory
     ggml_backend_sched_reset(s->sched.get());
