@@ -267,6 +267,29 @@ fn the_sandbox_passes_right_code_and_names_why_wrong_code_fails() {
     assert!(rm.reason.starts_with("exception: TypeError"), "{rm:?}");
     let net = run("import socket\ndef total(xs):\n    socket.socket()\n    return sum(xs)\n");
     assert!(net.reason.starts_with("exception: NoNetwork"), "{net:?}");
+    // without unshare (where user namespaces are not allowed) the same verdicts
+    let plain = Sandbox {
+        unshare: false,
+        ..sb.clone()
+    };
+    assert!(
+        plain
+            .check(
+                PROMPT,
+                "def total(xs):\n    return sum(xs)\n",
+                TEST,
+                "total"
+            )
+            .passed
+    );
+    let net = plain.check(
+        PROMPT,
+        "import socket\ndef total(xs):\n    socket.socket()\n    return sum(xs)\n",
+        TEST,
+        "total",
+    );
+    assert!(net.reason.starts_with("exception: NoNetwork"), "{net:?}");
+    assert!(plain.network().contains("no unshare"));
 }
 
 #[test]
