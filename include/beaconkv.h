@@ -95,6 +95,13 @@ typedef struct beaconkv_params {
     int32_t  prefix_max; /* [prefix_max] with prefix = prompt: at most this many of the prompt's first
                                       cells are protected; 0 = budget/4 (default). A value of at least
                                       min - window lifts the bound (the prefix is always capped there)  */
+    int32_t  prompt_mode; /* [prompt] beaconkv_prompt_mode: what the budget bounds of a prompt; INSIDE
+                                      (default): all of it, a long prompt is compressed while read.
+                                      KEEP: its first prompt_max cells are kept on top of the budget.
+                                      WINDOW: it is read into budget + prompt_max cells and compressed
+                                      once at its end (its last queries and the beacons score it)       */
+    int32_t  prompt_max; /* [prompt_max] prompt cells beyond the budget with KEEP or WINDOW; 0 = budget.
+                                      The host's cache needs them: beaconkv_physical_cells counts them  */
     /* The archive: evicted cells' K and V rows kept in host memory and recalled into free cells
      * when the text returns to them: the newest recall_match tokens repeat an earlier passage, or a
      * turn quotes a phrase seen once before (recall_match = 0: when the newest queries attend to the
@@ -129,6 +136,13 @@ typedef struct beaconkv_params {
                                       else the archived pages with the best bounds are checked;
                                       0..1024, default 8                                                */
 } beaconkv_params;
+
+/* What the budget bounds of a prompt (params.prompt_mode). */
+typedef enum beaconkv_prompt_mode {
+    BEACONKV_PROMPT_INSIDE = 0, /* the prompt counts within the budget                           */
+    BEACONKV_PROMPT_KEEP   = 1, /* its first prompt_max cells are kept on top of the budget      */
+    BEACONKV_PROMPT_WINDOW = 2  /* read into budget + prompt_max cells, compressed at its end    */
+} beaconkv_prompt_mode;
 
 /* Where K is read and scored (params.read_path). */
 typedef enum beaconkv_read_path {
@@ -270,7 +284,7 @@ typedef struct beaconkv_stats {
     int32_t  seq;
     int32_t  cells_in_use;     /* cells the sequence holds now                                 */
     int32_t  cells_peak;       /* most cells it ever held after a decode call                  */
-    int32_t  prefix_len;       /* protected prefix in cells                                    */
+    int32_t  prefix_len;       /* protected prefix in cells (prompt = keep: the kept prompt)   */
     int32_t  pos_max;          /* highest position seen                                        */
     uint64_t n_tokens;         /* tokens seen (prompt + generated)                             */
     uint64_t evicted;          /* cells evicted                                                */
@@ -291,6 +305,8 @@ typedef struct beaconkv_stats {
     uint64_t reads_capture;    /* reads of captured queries (counted on the ubatch's first
                                   sequence)                                                    */
     uint64_t bytes_capture;    /* bytes those reads moved to the host                          */
+    int32_t  cells_allowed;    /* cells it may hold now: the budget plus the prompt cells that
+                                  prompt = keep | window allows beyond it                      */
 } beaconkv_stats;
 
 /* Model description for KV memory accounting (the reference implementation's calc_kv_cache_memory, generalised). */

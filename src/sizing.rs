@@ -65,7 +65,8 @@ pub fn physical_cells(
     let per_stream = if kv_cells_override > 0 {
         (kv_cells_override as u64).div_ceil(streams)
     } else {
-        let budget = p.budget as u64;
+        // a sequence may hold its prompt's room beyond the budget (`prompt=keep|window`)
+        let budget = (p.budget + p.prompt_room()) as u64;
         let seqs_per_stream = if unified { n_seq } else { 1 };
         let slack = n_ubatch.max(1) as u64;
         let need = seqs_per_stream * budget + slack;

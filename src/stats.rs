@@ -104,6 +104,9 @@ seq_stats! {
     reads_capture: u64 = 0, total sum;
     /// Bytes those reads moved to the host.
     bytes_capture: u64 = 0, total sum;
+    /// Cells the sequence may hold now: its budget plus the prompt cells `prompt=keep|window`
+    /// allows beyond it.
+    cells_allowed: usize = 0, total sum;
 }
 
 impl SeqStats {

@@ -763,3 +763,108 @@ fn pruned_passes_evict_what_full_passes_would() {
     }
     assert!(passes >= 8, "only {passes} passes");
 }
+
+/// A prompt of `n` tokens in ubatches of 32, then `gen` decode steps, under `spec`; the cell
+/// counts after the prompt and at the end, and whether positions `0..keep` are all still there.
+fn prompt_then_generate(spec: &str, n: i32, gen: i32, keep: i32) -> (usize, usize, bool, usize) {
+    let params = Params::parse(spec).unwrap();
+    let mut host = FakeHost::new(2, 4, 2, D, 512, 64).with_rope();
+    let mut engine = Engine::new(params, &mut host);
+    let mut rng = Lcg(9);
+    let mut p = 0;
+    let mut peak = 0;
+    while p < n {
+        let k = 32.min(n - p);
+        engine.before_batch(&mut host, &[0], &[k], None).unwrap();
+        let pos: Vec<i32> = (p..p + k).collect();
+        for &q in &pos {
+            let cell = host.place(0, q);
+            for l in 0..2 {
+                host.k_row_mut(l, cell)
+                    .iter_mut()
+                    .for_each(|v| *v = f16::from_f32(rng.next()));
+            }
+        }
+        let rows: Vec<i32> = (0..k).collect();
+        for l in 0..2 {
+            for r in 0..k as usize {
+                host.q_row_mut(l, r)
+                    .iter_mut()
+                    .for_each(|v| *v = rng.next());
+            }
+        }
+        engine
+            .after_ubatch(&mut host, &pos, &vec![0; k as usize], &rows)
+            .unwrap();
+        engine.after_decode(&mut host).unwrap();
+        peak = peak.max(host.count(0));
+        p += k;
+    }
+    let after_prompt = host.count(0);
+    for q in n..n + gen {
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        let cell = host.place(0, q);
+        for l in 0..2 {
+            host.k_row_mut(l, cell)
+                .iter_mut()
+                .for_each(|v| *v = f16::from_f32(rng.next()));
+            host.q_row_mut(l, 0)
+                .iter_mut()
+                .for_each(|v| *v = rng.next());
+        }
+        engine.after_ubatch(&mut host, &[q], &[0], &[0]).unwrap();
+        engine.after_decode(&mut host).unwrap();
+        peak = peak.max(host.count(0));
+    }
+    let kept = host.positions(0);
+    let whole = (0..keep).all(|q| kept.contains(&q));
+    (after_prompt, host.count(0), whole, peak)
+}
+
+/// `prompt=inside`: a 160-token prompt is compressed while it is read and the sequence never
+/// holds more than its budget.
+#[test]
+fn prompt_inside_counts_the_prompt_within_the_budget() {
+    let (after_prompt, end, whole, peak) =
+        prompt_then_generate("beacon,budget=64,window=8,prompt=inside", 160, 200, 160);
+    assert!(after_prompt <= 64 && end <= 64 && peak <= 64 + 32, "{after_prompt} {end} {peak}");
+    assert!(!whole);
+}
+
+/// `prompt=keep`: the prompt's first `prompt_max` cells stay whole on top of the budget; the
+/// budget bounds the rest.
+#[test]
+fn prompt_keep_holds_the_prompt_on_top_of_the_budget() {
+    let (after_prompt, end, whole, _) =
+        prompt_then_generate("beacon,budget=64,window=8,prompt=keep,prompt_max=256", 160, 300, 160);
+    assert_eq!(after_prompt, 160, "nothing of a prompt that fits is evicted while it is read");
+    assert!(whole, "the prompt is kept whole");
+    assert!(end <= 160 + 64 && end > 160, "{end}");
+    // a prompt longer than prompt_max: its first prompt_max cells are kept, the rest is scored
+    let (_, end, whole, peak) =
+        prompt_then_generate("beacon,budget=64,window=8,prompt=keep,prompt_max=96", 160, 300, 96);
+    assert!(whole, "the first 96 prompt cells are kept");
+    assert!(end <= 96 + 64 && peak <= 96 + 64 + 32, "{end} {peak}");
+}
+
+/// `prompt=window`: the prompt is read whole into budget + prompt_max cells, then compressed
+/// once at its end, and the budget bounds the whole sequence after it.
+#[test]
+fn prompt_window_compresses_the_prompt_once_at_its_end() {
+    let spec = "beacon,budget=64,window=8,prompt=window,prompt_max=128";
+    let (after_prompt, end, _, _) = prompt_then_generate(spec, 160, 0, 0);
+    assert_eq!(after_prompt, 160, "read whole");
+    assert!(end <= 160);
+    let (_, end, whole, _) = prompt_then_generate(spec, 160, 100, 160);
+    assert!(end <= 64, "{end}");
+    assert!(!whole);
+    // a prompt longer than the room is compressed while it is read, within budget + room
+    let (after_prompt, _, _, peak) = prompt_then_generate(spec, 400, 10, 0);
+    assert!(after_prompt <= 64 + 128 && peak <= 64 + 128 + 32, "{after_prompt} {peak}");
+}
+
+#[test]
+fn prompt_max_needs_keep_or_window() {
+    let e = Params::parse("beacon,budget=64,prompt_max=32").unwrap_err();
+    assert_eq!(e.key, "prompt_max", "{e:?}");
+}

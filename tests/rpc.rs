@@ -153,11 +153,7 @@ fn rpc_passes_read_a_constant_number_of_times_per_layer() {
             "{s}"
         );
         assert!(s["compress_events"].as_u64().unwrap() > 10, "{s}");
-        assert_eq!(
-            per_pass(s),
-            1.0,
-            "one read per pass for all layers: {s}"
-        );
+        assert_eq!(per_pass(s), 1.0, "one read per pass for all layers: {s}");
         // one read per ubatch, however many layers: one per generated token and the prompt's
         // ubatches of 32 tokens (n_ubatch is clamped to max(budget / 8, 32))
         let prompt_ubatches = s["n_prompt"].as_u64().unwrap().div_ceil(32);

@@ -131,6 +131,21 @@ named_enum! {
 }
 
 named_enum! {
+    /// What the budget bounds of a sequence's prompt. `inside`: the prompt counts within the
+    /// budget like any text (its first `prefix_max` cells protected); a prompt longer than the
+    /// budget is compressed while it is read. `keep`: the prompt's first `prompt_max` cells are
+    /// kept whole on top of the budget, which bounds everything after them. `window`: the prompt
+    /// is read into `budget + prompt_max` cells and compressed once, at its end, scored by the
+    /// queries of its last tokens and the beacons gathered while reading it; after that the
+    /// budget bounds the whole sequence.
+    pub enum PromptMode ("a prompt mode") {
+        Inside = 0 => "inside",
+        Keep = 1 => "keep",
+        Window = 2 => "window",
+    }
+}
+
+named_enum! {
     /// Where K is read and scored. `auto`: K in host memory is read in place by the library's
     /// kernels; K anywhere else (GPU, RPC) is scored on its own backend when the host can
     /// (`score_keys`), else copied row by row (`read_rows`). `copy` always copies, `backend`

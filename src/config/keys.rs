@@ -40,6 +40,14 @@ macro_rules! for_each_key {
             /// Most cells `prefix=prompt` protects (the prompt's first cells); 0 = budget / 4.
             "prefix_max" => prefix_max: usize = 0,
                 c prefix_max, flag None, rule Rule::Any;
+            /// What the budget bounds of a prompt: `inside` (the prompt counts within the
+            /// budget), `keep` (its first `prompt_max` cells are kept on top of it) or `window`
+            /// (read into `budget + prompt_max` cells, compressed once at its end).
+            "prompt" => prompt_mode: PromptMode = PromptMode::Inside,
+                c prompt_mode, flag Some("--kv-prompt"), rule Rule::Any;
+            /// Prompt cells beyond the budget with `prompt=keep|window`; 0 = budget.
+            "prompt_max" => prompt_max: usize = 0,
+                c prompt_max, flag Some("--kv-prompt-max"), rule Rule::Any;
             /// How per-(layer, kv head) scores become one score per cell.
             "reduce" => reduce: Reduce = Reduce::Max,
                 c reduce, flag None, rule Rule::Any;

@@ -19,7 +19,7 @@ mod parse;
 mod seq_override;
 pub(crate) mod value;
 
-pub use enums::{ArchiveType, Policy, Prefix, ReadPath, Reduce};
+pub use enums::{ArchiveType, Policy, Prefix, PromptMode, ReadPath, Reduce};
 pub use error::ConfigError;
 pub use keys::flag_for_key;
 pub(crate) use keys::for_each_key;

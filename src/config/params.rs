@@ -1,7 +1,7 @@
 //! `Params`, the compression settings (fields and defaults from the key table), and the rules
 //! between keys.
 
-use super::enums::{ArchiveType, Policy, Prefix, ReadPath, Reduce};
+use super::enums::{ArchiveType, Policy, Prefix, PromptMode, ReadPath, Reduce};
 use super::keys::{for_each_key, KEYS};
 use super::value::Hundredths;
 use super::ConfigError;
@@ -48,6 +48,16 @@ impl Params {
         }
     }
 
+    /// Prompt cells a sequence may hold beyond its budget (`prompt=keep|window`; 0 with
+    /// `prompt=inside`).
+    pub fn prompt_room(&self) -> usize {
+        match self.prompt_mode {
+            PromptMode::Inside => 0,
+            PromptMode::Keep | PromptMode::Window if self.prompt_max == 0 => self.budget,
+            PromptMode::Keep | PromptMode::Window => self.prompt_max,
+        }
+    }
+
     /// Most cells `prefix=prompt` protects.
     pub fn effective_prefix_max(&self) -> usize {
         if self.prefix_max == 0 {
@@ -88,6 +98,12 @@ impl Params {
                     "needs policy beacon or recent (their scores rank what it keeps), not {}; 0 = off",
                     self.policy.name()
                 ),
+            ));
+        }
+        if self.prompt_max > 0 && self.prompt_mode == PromptMode::Inside {
+            return Err(ConfigError::new(
+                "prompt_max",
+                "needs prompt=keep or prompt=window (with prompt=inside the budget bounds the prompt)",
             ));
         }
         let protected = self.window + self.prefix.cells();

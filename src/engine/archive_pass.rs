@@ -118,7 +118,7 @@ impl Engine {
     /// candidates (keys dequantised per layer) and returns their number.
     pub(super) fn pick_candidates(&mut self, seq: i32, stream: u32, n: usize) -> usize {
         // a quarter of the budget the sequence runs with (its own, e.g. one request's)
-        let budget = self.limits(seq).budget;
+        let budget = self.limits(seq).own_budget;
         let params = &self.params;
         let (Some(layout), Some(state)) = (self.archive.as_ref(), self.seqs.get_mut(&seq)) else {
             return 0;

@@ -71,7 +71,10 @@ impl Engine {
                 self.batch_recall(host, seq, span);
             }
             let prefix = self.effective_prefix(seq, host);
-            self.seq_entry(seq).stats.prefix_len = prefix;
+            let allowed = self.limits(seq).budget;
+            let st = &mut self.seq_entry(seq).stats;
+            st.prefix_len = prefix;
+            st.cells_allowed = allowed;
         }
         // (a span recorded for a sequence this call does not name is stale by the next one)
         for state in self.seqs.values_mut() {

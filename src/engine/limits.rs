@@ -2,15 +2,23 @@
 //! sequence's state until the sequence is removed, and read by the hooks and passes in place of
 //! the context's (`config::Params::for_sequence` says what may be set).
 
+use super::seq::Phase;
 use super::Engine;
-use crate::config::{Params, Policy};
+use crate::config::{Params, Policy, PromptMode};
 
 /// What the hooks and passes read of the settings a sequence runs with.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct SeqLimits {
+    /// Most cells the sequence may hold now: its budget plus `prompt_cells`.
     pub(super) budget: usize,
-    /// Cells left after a pass (`effective_min`).
+    /// Cells left after a pass (`effective_min` plus `prompt_cells`).
     pub(super) min: usize,
+    /// The budget alone.
+    pub(super) own_budget: usize,
+    /// Prompt cells the sequence may hold beyond its budget now: with `prompt=keep` the
+    /// prompt's first cells (up to `prompt_max`), kept whole; with `prompt=window` the room to
+    /// read the prompt, until its end.
+    pub(super) prompt_cells: usize,
     /// Most cells `prefix=prompt` protects (`effective_prefix_max`).
     pub(super) prefix_max: usize,
     pub(super) policy: Policy,
@@ -19,14 +27,29 @@ pub(super) struct SeqLimits {
 impl Engine {
     /// The limits `seq` runs with: its own when the host set them, else the context's.
     pub(super) fn limits(&self, seq: i32) -> SeqLimits {
-        let p = self
-            .seqs
-            .get(&seq)
-            .and_then(|s| s.own.as_deref())
-            .unwrap_or(&self.params);
+        let state = self.seqs.get(&seq);
+        let p = state.and_then(|s| s.own.as_deref()).unwrap_or(&self.params);
+        // the prompt's room is the context's: the host sized its cache with it
+        let room = self.params.prompt_room();
+        let prompt_cells = match (self.params.prompt_mode, state) {
+            (PromptMode::Inside, _) | (_, None) => 0,
+            (PromptMode::Keep, Some(s)) => {
+                let prompt = match s.phase {
+                    Phase::Decode => s.prompt_len,
+                    Phase::Prompt => (s.stats.pos_max + 1).max(0) as usize,
+                };
+                prompt.min(room)
+            }
+            (PromptMode::Window, Some(s)) => match s.phase {
+                Phase::Prompt => room,
+                Phase::Decode => 0,
+            },
+        };
         SeqLimits {
-            budget: p.budget,
-            min: p.effective_min(),
+            budget: p.budget + prompt_cells,
+            min: p.effective_min() + prompt_cells,
+            own_budget: p.budget,
+            prompt_cells,
             prefix_max: p.effective_prefix_max(),
             policy: p.policy,
         }

@@ -7,7 +7,7 @@ use super::archive_pass::ArchScratch;
 use super::fallback::{first, Scoring};
 use super::seq::Phase;
 use super::{Engine, EngineError};
-use crate::config::{Prefix, Reduce};
+use crate::config::{Prefix, PromptMode, Reduce};
 use crate::host::{Host, LOG_WARN};
 use crate::scoring::reduce::{reduce, span_pool, ReduceScratch};
 use crate::scoring::select::{select_evictions, SelectScratch};
@@ -266,6 +266,8 @@ impl Engine {
             return 0;
         };
         let wanted = match self.params.prefix {
+            // the kept prompt is protected whole, whatever the prefix setting
+            _ if self.params.prompt_mode == PromptMode::Keep => limits.prompt_cells,
             Prefix::First(n) => n,
             Prefix::Prompt => {
                 let prompt = match state.phase {

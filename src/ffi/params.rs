@@ -2,8 +2,8 @@
 //! goes through its key's [`KeyValue`] conversion, so ranges and messages are the spec form's.
 
 use crate::config::{
-    for_each_key, ArchiveType, ConfigError, Hundredths, KeyValue, Params, Policy, Prefix, ReadPath,
-    Reduce, Rule,
+    for_each_key, ArchiveType, ConfigError, Hundredths, KeyValue, Params, Policy, Prefix,
+    PromptMode, ReadPath, Reduce, Rule,
 };
 
 use super::types::beaconkv_params;

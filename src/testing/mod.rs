@@ -6,8 +6,8 @@ pub mod fake_host;
 /// Settings: the key table, the parsed form and the named settings.
 pub mod config {
     pub use crate::config::{
-        flag_for_key, ArchiveType, ConfigError, Hundredths, Params, Policy, ReadPath, Reduce, KEYS,
-        KEY_FLAGS,
+        flag_for_key, ArchiveType, ConfigError, Hundredths, Params, Policy, PromptMode, ReadPath,
+        Reduce, KEYS, KEY_FLAGS,
     };
 }
 

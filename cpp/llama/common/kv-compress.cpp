@@ -180,6 +180,8 @@ bool common_kv_compress_info_get(llama_context * ctx, llama_seq_id seq, common_k
     out.reads_capture   = st.reads_capture;
     out.bytes_capture   = st.bytes_capture;
     out.n_tokens        = st.n_tokens;
+    out.prompt_cells    = st.prefix_len;
+    out.cells_allowed   = st.cells_allowed;
     out.scoring         = common_kv_compress_scoring_path(ctx);
     return true;
 }
@@ -297,6 +299,20 @@ void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt
         }
     ).set_env("LLAMA_ARG_KV_PREFIX"));
     add_opt(common_arg(
+        {"--kv-prompt"}, "inside|keep|window",
+        "KV compression: what the budget bounds of a prompt: inside (all of it; a long prompt is compressed while read), keep (its first --kv-prompt-max cells are kept whole on top of the budget) or window (read into budget + --kv-prompt-max cells, compressed once at its end)",
+        [](common_params & params, const std::string & value) {
+            common_kv_compress_append(params, "--kv-prompt", "prompt=" + value);
+        }
+    ).set_env("LLAMA_ARG_KV_PROMPT"));
+    add_opt(common_arg(
+        {"--kv-prompt-max"}, "N",
+        "KV compression: prompt cells a sequence may hold beyond the budget with --kv-prompt keep|window (0 = the budget); the cache is sized for them",
+        [](common_params & params, int value) {
+            common_kv_compress_append(params, "--kv-prompt-max", "prompt_max=" + std::to_string(value));
+        }
+    ).set_env("LLAMA_ARG_KV_PROMPT_MAX"));
+    add_opt(common_arg(
         {"--kv-archive"}, "N",
         "KV compression: evicted cells kept per sequence in a host-memory archive and recalled when the newest tokens repeat an earlier passage (0 = off)",
         [](common_params & params, int value) {
@@ -305,7 +321,7 @@ void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt
     ).set_env("LLAMA_ARG_KV_ARCHIVE"));
     add_opt(common_arg(
         {"--kv-compress-spec"}, "SPEC",
-        "KV compression: settings as \"key=value,...\" (policy, budget, min, beacons, recent, window, prefix, prefix_max, reduce, span, score, read, qcap, seed, archive, archive_type, page, recall_every, recall_margin, recall_match; see beaconkv.h)",
+        "KV compression: settings as \"key=value,...\" (policy, budget, min, beacons, recent, window, prefix, prefix_max, prompt, prompt_max, reduce, span, score, read, qcap, seed, archive, archive_type, page, recall_every, recall_margin, recall_match; see beaconkv.h)",
         [](common_params & params, const std::string & value) {
             common_kv_compress_append(params, "--kv-compress-spec", value);
         }

@@ -74,6 +74,8 @@ struct common_kv_compress_info {
     uint64_t reads_capture   = 0; // reads of captured queries, and their bytes
     uint64_t bytes_capture   = 0;
     uint64_t n_tokens        = 0; // tokens the sequence(s) saw
+    int32_t  prompt_cells    = 0; // protected prompt cells (with --kv-prompt keep: the prompt kept whole)
+    int32_t  cells_allowed   = 0; // cells it may hold now: the budget plus what --kv-prompt allows beyond it
     std::string scoring;          // where K is scored (beaconkv_scoring_path): "in place (30 layers)", "backend (...)"
 };
 

@@ -220,6 +220,7 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         res[i] = r;
     }
 
+    const int64_t t0 = ggml_time_us();
     if (!ggml_backend_sched_alloc_graph(s->sched.get(), gf)) {
         LLAMA_LOG_WARN("%s: cannot allocate the scoring graph (%d layers, %d cells)\n", __func__, n_layers, n_cells);
         return -1;
@@ -227,9 +228,12 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     static_assert(sizeof(uint32_t) == sizeof(int32_t), "cell ids as I32");
     ggml_backend_tensor_set(idx, cells, 0, (size_t) n*sizeof(int32_t));
     ggml_backend_tensor_set(q_all, queries, 0, ggml_nbytes(q_all));
+    const int64_t t1 = ggml_time_us();
     if (ggml_backend_sched_graph_compute(s->sched.get(), gf) != GGML_STATUS_SUCCESS) {
         return -1;
     }
+    ggml_backend_sched_synchronize(s->sched.get());
+    const int64_t t2 = ggml_time_us();
     if (all) {
         llama_kv_plugin_get(st, all, 0, ggml_nbytes(all), out);
     } else {
@@ -237,6 +241,9 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
             llama_kv_plugin_get(st, res[i], 0, ggml_nbytes(res[i]), out + out_off[i]);
         }
     }
+    LLAMA_LOG_DEBUG("%s: %d layers, %d cells: allocation and inputs %.3f ms, compute %.3f ms, read %.3f ms (%d splits)\n",
+            __func__, n_layers, n_cells, (t1 - t0)/1e3, (t2 - t1)/1e3, (ggml_time_us() - t2)/1e3,
+            ggml_backend_sched_get_n_splits(s->sched.get()));
     // the next graph may reuse this one's memory
     ggml_backend_sched_reset(s->sched.get());
     return n_layers;

@@ -34,6 +34,8 @@ inline json server_kv_compress_json(llama_context * ctx, llama_seq_id seq) {
         {"plugin_ms",       info.plugin_ms},
         {"active",          info.active},
         {"scoring",         info.scoring},
+        {"prompt_cells",    info.prompt_cells},
+        {"cells_allowed",   info.cells_allowed},
         // reads from device/remote buffers (what K's backend sends the host) in passes and in query capture
         {"reads_pass",      info.reads_pass},
         {"bytes_pass",      info.bytes_pass},
@@ -141,6 +143,8 @@ inline json server_kv_compress_timings(llama_context * ctx, llama_seq_id seq, in
         {"kv_cells",       kv.at("cells_in_use")},
         {"kv_cache_cells", n_cells_cached},
         {"kv_evicted",     kv.at("evicted")},
+        {"kv_prompt_cells", kv.at("prompt_cells")},
+        {"kv_cells_allowed", kv.at("cells_allowed")},
         {"kv_plugin_ms",   kv.at("plugin_ms")},
     };
 }
