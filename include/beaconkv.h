@@ -353,7 +353,8 @@ int32_t beaconkv_check_flag_value(const char * flag, const char * key_value, cha
 /* Check a whole spec on top of the defaults (every rule, the rules between keys included).
  * On error returns BEACONKV_ERR_INVALID with a message that starts with the command-line flag that
  * sets the offending key: policy -> --kv-compress, budget -> --kv-budget, beacons -> --kv-beacons,
- * recent -> --kv-recent, window -> --kv-window, prefix -> --kv-prefix, archive -> --kv-archive,
+ * recent -> --kv-recent, window -> --kv-window, prefix -> --kv-prefix, prompt -> --kv-prompt,
+ * prompt_max -> --kv-prompt-max, archive -> --kv-archive,
  * any other key K -> "--kv-compress-spec K=", e.g. "--kv-window: beaconkv: window: window + prefix = 80 must be <
  * budget (64); allowed range 0..=63". spec is required (BEACONKV_ERR_NULL). */
 int32_t beaconkv_spec_check(const char * spec, char * err, size_t err_len);

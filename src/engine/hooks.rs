@@ -6,6 +6,7 @@ use std::time::Instant;
 use super::fallback::Scoring;
 use super::seq::{Phase, SeqState};
 use super::{Engine, EngineError};
+use crate::config::PromptMode;
 use crate::host::Host;
 
 impl Engine {
@@ -44,6 +45,7 @@ impl Engine {
         for (i, (&seq, &n)) in seq_ids.iter().zip(n_new).enumerate() {
             let several_logits = n_outputs.is_some_and(|o| o.get(i).is_some_and(|&k| k > 1));
             let generating = n == 1 || several_logits;
+            let keep_prompt = self.params.prompt_mode == PromptMode::Keep;
             let state = self.seq_entry(seq);
             if state.phase == Phase::Prompt && generating {
                 state.phase = Phase::Decode;
@@ -52,6 +54,11 @@ impl Engine {
             state.verifying = state.phase == Phase::Decode && several_logits;
             // a new user turn (several tokens, no drafts): check the archive once it is computed
             state.recall.after_batch = state.phase == Phase::Decode && n > 1 && !several_logits;
+            if state.recall.after_batch && keep_prompt {
+                // with prompt=keep a turn's text is prompt too (a server request's prompt is the
+                // whole conversation): what precedes the turn's end may be kept
+                state.prompt_len = (state.stats.pos_max + 1).max(0) as usize + n.max(0) as usize;
+            }
             let limits = self.limits(seq);
             if self.scoring_for(limits.policy) != Scoring::Off {
                 let n = n.max(0) as usize;

@@ -49,9 +49,13 @@ def test_long_completion_stays_within_budget_tiny(server, tiny):
     assert 0 < m["kv_cells_used"] <= BUDGET
     assert m["kv_cells_physical"] < 4096
     assert m["kv_plugin_seconds_total"] > 0
+    assert t["kv_cells_allowed"] == BUDGET and t["kv_prompt_cells"] <= BUDGET // 4
+    assert kv["scoring"].startswith("in place (")
+    assert kv["reads_pass"] == 0 and kv["reads_capture"] == 0, "K in host memory is read in place"
     status, props = s.get("/props")
     assert status == 200
     assert f"budget={BUDGET}" in props["kv_compress"]["spec"]
+    assert props["kv_compress"]["scoring"] == kv["scoring"]
     assert props["kv_compress"]["cells_physical"] == m["kv_cells_physical"]
     # the slot logs it when it is released, just after the response is sent
     deadline = time.time() + 10
@@ -350,6 +354,24 @@ def test_cancelled_stream_frees_slot_and_state(server, tiny, tmp_path):
     assert kv_of(s.complete(words(50, 11), 2 * BUDGET))["kv_cells"] <= BUDGET
 
 
+def test_prompt_kept_whole_on_top_of_the_budget(server, tiny):
+    """--kv-prompt keep: a 300-token prompt stays whole while the answer runs within the budget
+    beside it (the tiny model's prompt has more tokens than characters); the timings say how many cells the prompt holds and how many the sequence may."""
+    s = server(tiny, "-c", "4096", *KV, "--kv-prompt", "keep", "--kv-prompt-max", "600")
+    res = s.complete(words(300, 3), 4 * BUDGET)
+    t = kv_of(res)
+    n_prompt = res["timings"]["prompt_n"]
+    assert t["kv_prompt_cells"] == n_prompt, t
+    assert t["kv_cells_allowed"] == BUDGET + n_prompt, t
+    assert n_prompt < t["kv_cells"] <= BUDGET + n_prompt, t
+    assert t["kv_evicted"] > 0
+    # a prompt longer than --kv-prompt-max keeps its first 600 cells
+    res = s.complete(words(700, 5), 8)
+    t = kv_of(res)
+    assert res["timings"]["prompt_n"] > 600
+    assert t["kv_prompt_cells"] == 600 and t["kv_cells"] <= BUDGET + 600, t
+
+
 def test_prompt_longer_than_context_gets_400(server, tiny):
     s = server(tiny, "-c", "1024", *KV)
     status, res = s.post("/completion", {"prompt": words(1200, 12), "n_predict": 4})
@@ -357,7 +379,8 @@ def test_prompt_longer_than_context_gets_400(server, tiny):
 
 
 @pytest.mark.parametrize("flag,value", [("--kv-budget", "-5"), ("--kv-window", "100000"),
-                                        ("--kv-compress", "lru"), ("--kv-prefix", "half")])
+                                        ("--kv-compress", "lru"), ("--kv-prefix", "half"),
+                                        ("--kv-prompt", "all"), ("--kv-prompt-max", "-1")])
 def test_bad_flag_stops_startup_naming_it(tiny, flag, value):
     args = [str(tool("llama-server")), "-m", str(tiny), "--port", "0", flag, value]
     if flag != "--kv-budget":
