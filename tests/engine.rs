@@ -827,7 +827,10 @@ fn prompt_then_generate(spec: &str, n: i32, gen: i32, keep: i32) -> (usize, usiz
 fn prompt_inside_counts_the_prompt_within_the_budget() {
     let (after_prompt, end, whole, peak) =
         prompt_then_generate("beacon,budget=64,window=8,prompt=inside", 160, 200, 160);
-    assert!(after_prompt <= 64 && end <= 64 && peak <= 64 + 32, "{after_prompt} {end} {peak}");
+    assert!(
+        after_prompt <= 64 && end <= 64 && peak <= 64 + 32,
+        "{after_prompt} {end} {peak}"
+    );
     assert!(!whole);
 }
 
@@ -835,14 +838,25 @@ fn prompt_inside_counts_the_prompt_within_the_budget() {
 /// budget bounds the rest.
 #[test]
 fn prompt_keep_holds_the_prompt_on_top_of_the_budget() {
-    let (after_prompt, end, whole, _) =
-        prompt_then_generate("beacon,budget=64,window=8,prompt=keep,prompt_max=256", 160, 300, 160);
-    assert_eq!(after_prompt, 160, "nothing of a prompt that fits is evicted while it is read");
+    let (after_prompt, end, whole, _) = prompt_then_generate(
+        "beacon,budget=64,window=8,prompt=keep,prompt_max=256",
+        160,
+        300,
+        160,
+    );
+    assert_eq!(
+        after_prompt, 160,
+        "nothing of a prompt that fits is evicted while it is read"
+    );
     assert!(whole, "the prompt is kept whole");
     assert!(end <= 160 + 64 && end > 160, "{end}");
     // a prompt longer than prompt_max: its first prompt_max cells are kept, the rest is scored
-    let (_, end, whole, peak) =
-        prompt_then_generate("beacon,budget=64,window=8,prompt=keep,prompt_max=96", 160, 300, 96);
+    let (_, end, whole, peak) = prompt_then_generate(
+        "beacon,budget=64,window=8,prompt=keep,prompt_max=96",
+        160,
+        300,
+        96,
+    );
     assert!(whole, "the first 96 prompt cells are kept");
     assert!(end <= 96 + 64 && peak <= 96 + 64 + 32, "{end} {peak}");
 }
@@ -860,7 +874,10 @@ fn prompt_window_compresses_the_prompt_once_at_its_end() {
     assert!(!whole);
     // a prompt longer than the room is compressed while it is read, within budget + room
     let (after_prompt, _, _, peak) = prompt_then_generate(spec, 400, 10, 0);
-    assert!(after_prompt <= 64 + 128 && peak <= 64 + 128 + 32, "{after_prompt} {peak}");
+    assert!(
+        after_prompt <= 64 + 128 && peak <= 64 + 128 + 32,
+        "{after_prompt} {peak}"
+    );
 }
 
 #[test]
