@@ -1,9 +1,11 @@
 //! The only Rust copy of every struct and constant of `include/beaconkv.h`, field for field.
 //!
-//! The structs are declared through `abi_structs!` and the constants through
-//! `abi_constants!`, which also list them in [`STRUCTS`] and [`CONSTANTS`]: the layout test
-//! (`tests/c_abi.rs`) compiles the header and compares it with these lists in both directions, so
-//! a field or constant added on one side only fails it.
+//! The structs are declared through `abi_structs!`, the callback types through `abi_fn_types!`
+//! and the constants through `abi_constants!`, which also list them in [`STRUCTS`], [`FN_TYPES`]
+//! and [`CONSTANTS`]. The crate's build script (`build.rs`) includes this file: it requires the
+//! header's structs and fields to be these, in both directions, and compiles a C file that asserts
+//! every size, alignment, offset and field type (callback signatures included) against the
+//! header, so a drift fails `cargo build`. `tests/c_abi.rs` compares the constants.
 
 #![allow(non_camel_case_types)]
 
@@ -16,6 +18,8 @@ pub struct AbiField {
     pub name: &'static str,
     pub offset: usize,
     pub size: usize,
+    /// The Rust type as written (`stringify!`), e.g. `Option<ReadRowsFn>`.
+    pub ty: &'static str,
 }
 
 /// One ABI struct as Rust lays it out.
@@ -54,10 +58,21 @@ macro_rules! abi_structs {
                         name: stringify!($field),
                         offset: offset_of!($name, $field),
                         size: size_of::<$ty>(),
+                        ty: stringify!($ty),
                     },
                 )*],
             },
         )*];
+    };
+}
+
+/// Declares the callback type aliases and lists them in `FN_TYPES`.
+macro_rules! abi_fn_types {
+    ($( $(#[$meta:meta])* pub type $name:ident = $ty:ty; )*) => {
+        $( $(#[$meta])* pub type $name = $ty; )*
+
+        /// Every callback type alias with its Rust type as written (`stringify!`).
+        pub const FN_TYPES: &[(&str, &str)] = &[$( (stringify!($name), stringify!($ty)), )*];
     };
 }
 
@@ -87,53 +102,55 @@ abi_constants! {
     BEACONKV_ERR_PANIC: i32 = -4;
 }
 
-/// `beaconkv_host::seq_cells`.
-pub type SeqCellsFn =
-    unsafe extern "C" fn(*mut c_void, i32, *mut i32, *mut u32, i32, *mut u32) -> i32;
-/// `beaconkv_host::read_rows`.
-pub type ReadRowsFn =
-    unsafe extern "C" fn(*mut c_void, i32, i32, u32, *const u32, i32, *mut f32) -> i32;
-/// `beaconkv_host::read_kv`.
-pub type ReadKvFn =
-    unsafe extern "C" fn(*mut c_void, i32, u32, *const u32, i32, *mut c_void, *mut c_void) -> i32;
-/// `beaconkv_host::write_kv`.
-pub type WriteKvFn = unsafe extern "C" fn(
-    *mut c_void,
-    i32,
-    u32,
-    *const u32,
-    i32,
-    i32,
-    *const c_void,
-    *const c_void,
-) -> i32;
-/// `beaconkv_host::score_keys`.
-pub type ScoreKeysFn = unsafe extern "C" fn(
-    *mut c_void,
-    u32,
-    *const u32,
-    i32,
-    i32,
-    *const i32,
-    *const i32,
-    *const f32,
-    i32,
-    *mut f32,
-) -> i32;
-/// `beaconkv_host::transfers`.
-pub type TransfersFn = unsafe extern "C" fn(*mut c_void, *mut u64, *mut u64);
-/// `beaconkv_plugin::before_batch`.
-pub type BeforeBatchFn = unsafe extern "C" fn(
-    *mut c_void,
-    i32,
-    *const i32,
-    *const i32,
-    *const i32,
-    i32,
-    *const i32,
-    *const i32,
-    *const i32,
-) -> i32;
+abi_fn_types! {
+    /// `beaconkv_host::seq_cells`.
+    pub type SeqCellsFn =
+        unsafe extern "C" fn(*mut c_void, i32, *mut i32, *mut u32, i32, *mut u32) -> i32;
+    /// `beaconkv_host::read_rows`.
+    pub type ReadRowsFn =
+        unsafe extern "C" fn(*mut c_void, i32, i32, u32, *const u32, i32, *mut f32) -> i32;
+    /// `beaconkv_host::read_kv`.
+    pub type ReadKvFn =
+        unsafe extern "C" fn(*mut c_void, i32, u32, *const u32, i32, *mut c_void, *mut c_void) -> i32;
+    /// `beaconkv_host::write_kv`.
+    pub type WriteKvFn = unsafe extern "C" fn(
+        *mut c_void,
+        i32,
+        u32,
+        *const u32,
+        i32,
+        i32,
+        *const c_void,
+        *const c_void,
+    ) -> i32;
+    /// `beaconkv_host::score_keys`.
+    pub type ScoreKeysFn = unsafe extern "C" fn(
+        *mut c_void,
+        u32,
+        *const u32,
+        i32,
+        i32,
+        *const i32,
+        *const i32,
+        *const f32,
+        i32,
+        *mut f32,
+    ) -> i32;
+    /// `beaconkv_host::transfers`.
+    pub type TransfersFn = unsafe extern "C" fn(*mut c_void, *mut u64, *mut u64);
+    /// `beaconkv_plugin::before_batch`.
+    pub type BeforeBatchFn = unsafe extern "C" fn(
+        *mut c_void,
+        i32,
+        *const i32,
+        *const i32,
+        *const i32,
+        i32,
+        *const i32,
+        *const i32,
+        *const i32,
+    ) -> i32;
+}
 
 abi_structs! {
     /// `beaconkv_params`: the C form of `config::Params` (see `ffi/params.rs`).
@@ -153,6 +170,8 @@ abi_structs! {
         pub read_path: i32,
         pub score: i32,
         pub prefix_max: i32,
+        pub prompt_mode: i32,
+        pub prompt_max: i32,
         pub archive: i32,
         pub archive_type: i32,
         pub page: i32,
@@ -255,6 +274,7 @@ abi_structs! {
         pub bytes_pass: u64,
         pub reads_capture: u64,
         pub bytes_capture: u64,
+        pub cells_allowed: i32,
     }
 
     /// `beaconkv_model_desc`: a model's KV shape, for memory accounting.

@@ -1,6 +1,6 @@
-//! A small reader of C headers for the layout tests: comments, struct bodies and their field
-//! names, numeric constants. It reads the subset of C the project's headers use (one level of
-//! braces, function-pointer fields, several declarators per line).
+//! A small reader of C headers for the ABI checks (`build.rs`, `tests/c_abi.rs`): comments,
+//! struct bodies and their field names, numeric constants. It reads the subset of C the project's
+//! headers use (one level of braces, function-pointer fields, several declarators per line).
 
 /// `text` without its C comments (block and line), each replaced by a space.
 pub fn strip_comments(text: &str) -> String {
