@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A stand-in for beaconkv-eval (cpp/beaconkv-eval.cpp) for beaconkv-bench's tests: same options,
-# progress lines on stderr, made-up numbers in the same JSON shapes (written the same way: bare
-# `nan`/`inf` and raw control characters in strings are possible).
+# A stand-in for beaconkv-eval (cpp/eval/) for beaconkv-bench's tests: same options, progress
+# lines on stderr, made-up numbers in the same JSON shapes (a non-finite number is null, as the
+# tool writes it; a newline in a string is escaped).
 # FAKE_EVAL_FAIL=MODE makes that mode fail like the real tool does (reason: after its first
 # conversation's line).
 set -euo pipefail
@@ -74,7 +74,7 @@ case "$mode" in
             [ "$p" = none ] && continue
             bonus=0; [ "$p" = beacon ] && bonus=5
             top1=$((80 + bonus + b / 16)); [ $top1 -gt 99 ] && top1=99
-            ppl="$((9 + 64 / b)).$((bonus * 10 + 5))"; [ "$p" = random ] && [ "$mode" = revisit ] && ppl=inf
+            ppl="$((9 + 64 / b)).$((bonus * 10 + 5))"; [ "$p" = random ] && [ "$mode" = revisit ] && ppl=null
             json+="$sep{\"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"top1\": 0.$top1, \"kl\": 0.0$((100 - top1)), \"ppl\": $ppl, \"ppl_ref\": 8.5, \"cells_peak\": $((b + 8)), \"evicted\": $((total - b)), \"compress_events\": $((total / 8)), \"plugin_ms\": 1.25, \"decode_ms\": 50.5}"
             sep=", "
         done
@@ -87,7 +87,7 @@ case "$mode" in
             for c in "${cfgs[@]}"; do
                 p=$(policy_of "$c"); b=$(budget_of "$c")
                 found=false; answer=" 1234"
-                if [ "$p" = none ] || [ "$p" = beacon ]; then found=true; answer=$' 14271.\nThe'; fi
+                if [ "$p" = none ] || [ "$p" = beacon ]; then found=true; answer=' 14271.\nThe'; fi
                 json+="$sep{\"config\": \"$c\", \"policy\": \"$p\", \"budget\": $b, \"depth\": $d, \"n_tokens\": $((length + 14)), \"found\": $found, \"answer\": \"$answer\", \"cells_peak\": $((b > 0 ? b + 32 : length + 14))}"
                 sep=", "
                 done_n=$((done_n + 1)); echo "progress $done_n/$total" >&2

@@ -1,7 +1,6 @@
 //! `beaconkv-eval`'s task and trace rows: reading its JSON, joining rows with their documents,
 //! scoring and checking them.
 
-use crate::results::sanitize_json;
 use crate::tasks::{self, Doc, Task};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -91,7 +90,7 @@ pub struct TraceRun {
 pub(super) fn read_json(path: &Path, mode: &str) -> Result<Value, String> {
     let bytes = std::fs::read(path)
         .map_err(|e| format!("beaconkv-eval wrote no {}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&sanitize_json(&bytes))
+    let v: Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;
     if v.get("mode").and_then(Value::as_str) != Some(mode) {
         return Err(format!("{}: not a {mode} result", path.display()));
