@@ -197,10 +197,13 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
                                           q_off[i]*sizeof(float));                          // [d, per_g, n_kv]
         ggml_tensor * sc   = pin(ggml_mul_mat(g, kc, q));                                  // [n, per_g, n_kv]
         if (mode == 1) {
-            // log attention probabilities: each query's logits less their log-sum-exp over the cells
+            // log attention probabilities: each query's logits less their log-sum-exp over the cells,
+            // lse = max - log(largest probability), so that the exponentials are soft_max's (vectorised)
+            // and only one log per query is taken
             ggml_tensor * m   = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, (int) n, 1, (int) n, 1, 0, 0)); // [1, per_g, n_kv]
-            ggml_tensor * e   = pin(ggml_exp(g, pin(ggml_sub(g, sc, m))));
-            ggml_tensor * lse = pin(ggml_add(g, m, pin(ggml_log(g, pin(ggml_sum_rows(g, e))))));
+            ggml_tensor * p   = pin(ggml_soft_max(g, sc));
+            ggml_tensor * pm  = pin(ggml_pool_2d(g, p, GGML_OP_POOL_MAX, (int) n, 1, (int) n, 1, 0, 0));
+            ggml_tensor * lse = pin(ggml_sub(g, m, pin(ggml_log(g, pm))));
             sc = pin(ggml_sub(g, sc, lse));
         }
         ggml_tensor * r = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0)); // [n, 1, n_kv]
