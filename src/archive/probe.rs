@@ -1,6 +1,6 @@
 //! What the archive asks of a scorer: where the newest queries point among archived pages,
-//! archived keys and cached cells, and the raw logits behind a `score=prob` pass. Only a scorer
-//! that reads queries can answer; position-only policies have no probe and never recall.
+//! archived keys and cached cells. Only a scorer that reads queries can answer; position-only
+//! policies have no probe and never recall.
 
 use crate::host::Host;
 use crate::scoring::{PageSummary, QueryScorer, ScoreCtx, ScoreError, ScoreRows};
@@ -9,28 +9,27 @@ use crate::scoring::{PageSummary, QueryScorer, ScoreCtx, ScoreError, ScoreRows};
 /// `scoring::RECALL_QUERIES` newest queries that carry a position.
 pub trait RecallProbe {
     /// Rows over `n_pages` archive pages: an upper bound of the logit the queries of the group
-    /// give any key of the page, from `summary(page, layer)`. False when nothing was written.
+    /// give any key of the page, from `summary(page, layer)`.
     fn page_bounds(
         &mut self,
         ctx: &ScoreCtx,
         n_pages: usize,
         summary: &PageSummary,
         rows: &mut ScoreRows,
-    ) -> bool;
+    );
 
     /// Rows as `page_bounds`'s over the keys of `ctx.extra`: the largest logit the queries give
-    /// each key (the exact scores the bounds bound). False when nothing was written.
-    fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) -> bool;
+    /// each key (the exact scores the bounds bound).
+    fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows);
 
     /// Rows as `page_bounds`'s (reset first) over the cache's `ctx.cells`: the largest logit
-    /// the queries give each cell, which tells where the sequence reads from now. Ok(false) when
-    /// nothing was written.
+    /// the queries give each cell, which tells where the sequence reads from now.
     fn cell_rows(
         &mut self,
         ctx: &ScoreCtx,
         host: &mut dyn Host,
         rows: &mut ScoreRows,
-    ) -> Result<bool, ScoreError>;
+    ) -> Result<(), ScoreError>;
 }
 
 impl RecallProbe for QueryScorer {
@@ -40,11 +39,11 @@ impl RecallProbe for QueryScorer {
         n_pages: usize,
         summary: &PageSummary,
         rows: &mut ScoreRows,
-    ) -> bool {
+    ) {
         QueryScorer::page_bounds(self, ctx, n_pages, summary, rows)
     }
 
-    fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) -> bool {
+    fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) {
         QueryScorer::key_rows(self, ctx, rows)
     }
 
@@ -53,7 +52,7 @@ impl RecallProbe for QueryScorer {
         ctx: &ScoreCtx,
         host: &mut dyn Host,
         rows: &mut ScoreRows,
-    ) -> Result<bool, ScoreError> {
+    ) -> Result<(), ScoreError> {
         QueryScorer::cell_rows(self, ctx, host, rows)
     }
 }

@@ -1,5 +1,5 @@
-//! The recall bookkeeping of one sequence between compression passes (what `engine/recall.rs`
-//! reads and the passes write), and its part of a saved state.
+//! The recall bookkeeping of one sequence between compression passes (what
+//! `engine/archiving/recall.rs` reads and the passes write), and its part of a saved state.
 
 use crate::codec::{ReadResult, Reader, Writer};
 

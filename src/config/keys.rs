@@ -81,15 +81,15 @@ macro_rules! for_each_key {
                 c page, flag None, rule Rule::Range { min: 1, max: 4096, note: "" };
             /// Decode steps between recall checks (where the newest tokens repeat an earlier
             /// passage, or, with `recall_match` = 0, the holes after the kept cell the newest
-            /// queries attend most; see `engine/recall.rs`); 0 = none.
+            /// queries attend most; see `engine/archiving/recall.rs`); 0 = none.
             "recall_every" => recall_every: usize = 4,
                 c recall_every, flag None, rule Rule::Any;
             /// Logits by which a recall check's best logit must beat the weakest kept cell's.
             "recall_margin" => recall_margin: Hundredths = Hundredths(200),
                 c recall_margin, flag None, rule Rule::Any;
             /// Tokens the newest text must repeat of an earlier passage before a check recalls
-            /// that passage's archived continuation (and passes let archived pages compete);
-            /// 0 = read the position from the queries alone (see `engine/recall.rs`).
+            /// that passage's archived continuation (and passes let archived pages compete); 0 =
+            /// read the position from the queries alone (see `engine/archiving/recall.rs`).
             "recall_match" => recall_match: usize = 8,
                 c recall_match, flag None,
                 rule Rule::Range { min: 0, max: 1024, note: " (0 = by queries)" };

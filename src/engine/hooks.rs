@@ -135,8 +135,8 @@ impl Engine {
     }
 
     /// Hook: end of a decode call. Sequences above their budget are compressed to their `min`;
-    /// with an archive, the others may run a swap pass (see `recall.rs`); every sequence's
-    /// cell count is refreshed. The first error is returned.
+    /// with an archive, the others may run a swap pass (see `archiving/recall.rs`); every
+    /// sequence's cell count is refreshed. The first error is returned.
     pub fn after_decode(&mut self, host: &mut dyn Host) -> Result<(), EngineError> {
         let mut ids = std::mem::take(&mut self.scratch.ids);
         ids.clear();

@@ -1,10 +1,13 @@
 //! A sequence's own budget and policy (one request of a server): set by the host, kept in the
 //! sequence's state until the sequence is removed, and read by the hooks and passes in place of
-//! the context's (`config::Params::for_sequence` says what may be set).
+//! the context's (`config::Params::for_sequence` says what may be set); and the prefix a pass
+//! protects.
 
+use super::fallback::first;
 use super::seq::Phase;
 use super::Engine;
-use crate::config::{Params, Policy, PromptMode};
+use crate::config::{Params, Policy, Prefix, PromptMode};
+use crate::host::{Host, LOG_WARN};
 
 /// What the hooks and passes read of the settings a sequence runs with.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +56,41 @@ impl Engine {
             prefix_max: p.effective_prefix_max(),
             policy: p.policy,
         }
+    }
+
+    /// Protected prefix of a sequence. `prefix=N` protects the first N cells; `prefix=prompt`
+    /// the prompt (the positions seen so far while it streams in), at most `prefix_max` cells.
+    /// Either way it is capped so that everything selection protects (prefix, window, and the
+    /// newest cell even when `window` is 0) fits in `budget_min`.
+    pub(super) fn effective_prefix(&mut self, seq: i32, host: &mut dyn Host) -> usize {
+        // validate() guarantees min >= window + 1 (for a sequence's own settings too), so this
+        // does not underflow.
+        let limits = self.limits(seq);
+        let cap = limits.min - self.params.window.max(1);
+        let Some(state) = self.seqs.get(&seq) else {
+            return 0;
+        };
+        let wanted = match self.params.prefix {
+            // the kept prompt is protected whole, whatever the prefix setting
+            _ if self.params.prompt_mode == PromptMode::Keep => limits.prompt_cells,
+            Prefix::First(n) => n,
+            Prefix::Prompt => {
+                let prompt = match state.phase {
+                    Phase::Decode => state.prompt_len,
+                    Phase::Prompt => (state.stats.pos_max + 1).max(0) as usize,
+                };
+                prompt.min(limits.prefix_max)
+            }
+        };
+        if wanted > cap && first(&mut self.warned.prefix_cap) {
+            host.log(
+                LOG_WARN,
+                &format!(
+                    "beaconkv: protected prefix of {wanted} cells capped to {cap} (min - window)"
+                ),
+            );
+        }
+        wanted.min(cap)
     }
 
     /// Run `seq` with `budget` cells and `policy` from now on (`None`: the context's; both

@@ -14,20 +14,20 @@
 //! the query stores and only grows); `tests/alloc_free.rs` checks this with a counting
 //! allocator.
 //!
-//! Files: `hooks.rs` (the hooks) calls `capture.rs` (query capture), `pass.rs` (a compression
-//! pass), `quote.rs` and `recall.rs` (recall between passes); `pass.rs` and `recall.rs` use
-//! `archive_pass.rs` (candidates, archiving, placing back); `seq.rs` holds per-sequence state,
-//! `layers.rs` the layer descriptions, `limits.rs` a sequence's own budget and policy, `reuse.rs` exact prompt reuse, `fallback.rs` who scores and the once-only warnings.
+//! Files: `hooks.rs` (the hooks) calls `capture.rs` (query capture) and `pass.rs` (a
+//! compression pass: list, score, reduce, select, evict); `archiving/` is the archive's side,
+//! switched on by `archive > 0`: its stage of a pass (candidates before selection, archiving and
+//! placing back after it) and recall between passes. `seq.rs` holds per-sequence state,
+//! `layers.rs` the layer descriptions, `limits.rs` a sequence's own budget, policy and protected
+//! prefix, `reuse.rs` exact prompt reuse, `fallback.rs` who scores and the once-only warnings.
 
-mod archive_pass;
+mod archiving;
 mod capture;
 mod fallback;
 mod hooks;
 mod layers;
 mod limits;
 mod pass;
-mod quote;
-mod recall;
 mod reuse;
 mod seq;
 

@@ -108,7 +108,8 @@ pub struct ScoreError(pub String);
 /// A policy's way of valuing cells.
 pub trait Scorer: Send {
     /// Append rows of scores to `rows`, which the caller reset to one column per cell of
-    /// `ctx.cells` and per key of `ctx.extra` (in that order).
+    /// `ctx.cells` and per key of `ctx.extra` (in that order). A scorer whose rows are not its
+    /// raw logits says so on `rows` (`keep_raw_max`, `raw_unknown`).
     fn score(
         &mut self,
         ctx: &ScoreCtx,

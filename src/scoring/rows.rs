@@ -1,19 +1,71 @@
-//! Rows of scores over the cells of one pass, and the column maximum every fold of them needs.
-//! A leaf: scorers write rows, `reduce` and the archive read them, and it depends on neither.
+//! Rows of scores over the cells of one pass, with each column's largest raw logit, and the
+//! column maximum every fold of them needs. A leaf: scorers write rows, `reduce` and the archive
+//! read them, and it depends on neither.
 
-/// Rows of scores, each `n_cols` (= cells) long, stored contiguously and reused between passes.
+/// What a scorer hands on: rows of scores, each `n_cols` (= cells) long, stored contiguously and
+/// reused between passes, and each column's largest raw logit `q·k/√d`, which the archive's
+/// recall compares with the logits of archived keys.
 #[derive(Debug, Default)]
 pub struct ScoreRows {
     n_cols: usize,
     n_rows: usize,
     data: Vec<f32>,
+    raw: Raw,
+    /// The column maxima a scorer kept (`Raw::Kept`).
+    raw_max: Vec<f32>,
+}
+
+/// Where the raw logits' column maxima come from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Raw {
+    /// The rows are the scorer's raw values: their own column maxima.
+    #[default]
+    Rows,
+    /// The rows hold something else (log probabilities); the scorer kept the maxima.
+    Kept,
+    /// The rows hold something else and the logits stayed where they were computed.
+    Unknown,
 }
 
 impl ScoreRows {
-    /// Drop all rows and set the row length.
+    /// Drop all rows and set the row length; the rows are raw values until a scorer says not.
     pub fn reset(&mut self, n_cols: usize) {
         self.n_cols = n_cols;
         self.n_rows = 0;
+        self.raw = Raw::Rows;
+    }
+
+    /// The rows will not hold raw logits: the scorer keeps their column maxima instead, each
+    /// `-inf` until it folds logits into them (`raw_max_mut`).
+    pub fn keep_raw_max(&mut self) {
+        self.raw = Raw::Kept;
+        self.raw_max.clear();
+        self.raw_max.resize(self.n_cols, f32::NEG_INFINITY);
+    }
+
+    /// The maxima `keep_raw_max` started.
+    pub fn raw_max_mut(&mut self) -> &mut [f32] {
+        debug_assert_eq!(self.raw, Raw::Kept);
+        &mut self.raw_max
+    }
+
+    /// The rows do not hold raw logits, and the scorer has none at hand.
+    pub fn raw_unknown(&mut self) {
+        self.raw = Raw::Unknown;
+    }
+
+    /// Each column's largest raw logit into `out` (resized to `n_cols`); false when unknown
+    /// (no rows, or logits that stayed on the host's backend).
+    pub fn raw_max_into(&self, out: &mut Vec<f32>) -> bool {
+        match self.raw {
+            Raw::Rows if self.n_rows > 0 => self.max_into(out),
+            Raw::Kept => {
+                out.clear();
+                out.extend_from_slice(&self.raw_max);
+            }
+            Raw::Rows | Raw::Unknown => return false,
+        }
+        true
     }
 
     /// Append `k` zeroed rows and return them as one slice of `k * n_cols`.

@@ -52,9 +52,6 @@ pub struct AttentionKernel {
     /// `[query][TILE]` of one tile (or one archived key's, per query).
     logits: Vec<f32>,
     tile_logits: Vec<f32>,
-    /// Probability scoring: each column's largest raw logit over the pass (`raw_max`);
-    /// empty after a pass that scored logits.
-    raw_max: Vec<f32>,
     /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
     pub(super) rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
@@ -102,12 +99,6 @@ struct Pruning {
 }
 
 impl AttentionKernel {
-    /// After a `run` with `ctx.prob`: each column's largest raw logit over the pass's rows and
-    /// queries; `None` after a pass that scored logits.
-    pub fn raw_max(&self) -> Option<&[f32]> {
-        (!self.raw_max.is_empty()).then_some(self.raw_max.as_slice())
-    }
-
     /// Fill `queries` for one layer; returns the number of queries per kv-head group.
     pub(super) fn prepare_queries(
         &mut self,
@@ -245,7 +236,9 @@ impl AttentionKernel {
     }
 
     /// Append one row per (layer, kv head) to `rows`; layers without queries add none. Each
-    /// row covers the cells, then the archived `ctx.extra` keys.
+    /// row covers the cells, then the archived `ctx.extra` keys. With `ctx.prob` the rows hold
+    /// log probabilities and `rows` keeps each column's largest logit (unknown when the logits
+    /// were computed on the host's backend).
     pub fn run(
         &mut self,
         ctx: &ScoreCtx,
@@ -257,9 +250,8 @@ impl AttentionKernel {
         let n_cells = ctx.cells.len();
         let n_extra = ctx.extra.map_or(0, |e| e.n);
         let n = n_cells + n_extra;
-        self.raw_max.clear();
         if ctx.prob {
-            self.raw_max.resize(n, f32::NEG_INFINITY);
+            rows.keep_raw_max();
         }
         if let Some(evict) = ctx.prune_evict {
             if !ctx.prob && n_extra == 0 && ctx.layers.iter().all(|l| l.k_direct) {
@@ -271,8 +263,10 @@ impl AttentionKernel {
         let on_backend = n_extra == 0 && ctx.layers.iter().any(|l| l.k_backend);
         if on_backend {
             self.score_on_backend(ctx, host, source)?;
-            // the raw logits stay on the backend
-            self.raw_max.clear();
+            if ctx.prob {
+                // the logits stay on the backend
+                rows.raw_unknown();
+            }
         }
         for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
             if on_backend && layer.k_backend {
@@ -358,7 +352,7 @@ impl AttentionKernel {
             }
             if ctx.prob {
                 log_probabilities(&self.logits, (n, n_kv, per_group), out);
-                fold_column_max(&self.logits, &mut self.raw_max);
+                fold_column_max(&self.logits, rows.raw_max_mut());
             }
         }
         Ok(())

@@ -61,49 +61,39 @@ impl Scorer for QueryScorer {
 }
 
 /// What the archive's recall reads: the logits the `RECALL_QUERIES` newest positioned queries
-/// give archived pages, archived keys and cached cells, and the raw logits of a `score=prob`
-/// pass. Rows are per (scored layer, kv head), in layer order.
+/// give archived pages, archived keys and cached cells. Rows are per (scored layer, kv head), in
+/// layer order.
 impl QueryScorer {
     /// Rows over `n_pages` archive pages: an upper bound of the logit the newest positioned
-    /// queries of the group give any key of the page, from `summary(page, layer)`. Always true
-    /// (rows written).
+    /// queries of the group give any key of the page, from `summary(page, layer)`.
     pub fn page_bounds(
         &mut self,
         ctx: &ScoreCtx,
         n_pages: usize,
         summary: &PageSummary,
         rows: &mut ScoreRows,
-    ) -> bool {
+    ) {
         self.kernel
             .page_bound_rows(ctx, positioned_queries, n_pages, summary, rows);
-        true
     }
 
     /// Rows as `page_bounds`'s, over the keys of `ctx.extra`: the largest logit the same
-    /// queries give the key (the exact scores the bounds bound). Always true (rows written).
-    pub fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) -> bool {
+    /// queries give the key (the exact scores the bounds bound).
+    pub fn key_rows(&mut self, ctx: &ScoreCtx, rows: &mut ScoreRows) {
         self.kernel.extra_rows(ctx, positioned_queries, rows);
-        true
     }
 
     /// Rows as `page_bounds`'s (reset first), over the cache's `ctx.cells`: the largest logit
     /// the same newest queries give each cell, which tells where the sequence reads from now.
-    /// `ctx.prob`, `extra` and `prune_evict` are ignored. Ok(true) once rows are written.
+    /// `ctx.prob`, `extra` and `prune_evict` are ignored.
     pub fn cell_rows(
         &mut self,
         ctx: &ScoreCtx,
         host: &mut dyn Host,
         rows: &mut ScoreRows,
-    ) -> Result<bool, ScoreError> {
+    ) -> Result<(), ScoreError> {
         rows.reset(ctx.cells.len());
         let ctx = ctx.with_prob(false).with_extra(None).with_prune_evict(None);
-        self.kernel.run(&ctx, host, rows, positioned_queries)?;
-        Ok(true)
-    }
-
-    /// After a `score` with `ctx.prob`: each column's largest raw logit over every row and
-    /// query (the rows hold log probabilities then). `None` after a pass without `prob`.
-    pub fn raw_max(&self) -> Option<&[f32]> {
-        self.kernel.raw_max()
+        self.kernel.run(&ctx, host, rows, positioned_queries)
     }
 }

@@ -1,9 +1,9 @@
 //! Recall at the end of a prompt or user turn: when the turn quotes a phrase that occurred once
 //! before, the archived positions of that passage come back before the turn is computed.
 
-use super::fallback::Scoring;
 use super::recall::archived_in;
-use super::Engine;
+use crate::engine::fallback::Scoring;
+use crate::engine::Engine;
 use crate::host::Host;
 
 /// The last positions of a batch whose phrases a batch check looks up (a question's words
@@ -17,7 +17,7 @@ impl Engine {
     /// chunks that asked for none (the last token of a prompt read in chunks: llama-server's
     /// 32k + 1), with the chunk before it. Not a chunk in the middle of a prompt (no output),
     /// a generation step or a batch asking for several tokens' logits.
-    pub(super) fn quote_span(
+    pub(in crate::engine) fn quote_span(
         &mut self,
         seq: i32,
         n: i32,
@@ -47,7 +47,7 @@ impl Engine {
     /// A decode step's check needs `recall_match` tokens: it runs every few steps of running
     /// text, where short phrases recur by chance; a turn's end is checked once, and a phrase
     /// that occurred only once points at one passage.
-    pub(super) fn batch_recall(
+    pub(in crate::engine) fn batch_recall(
         &mut self,
         host: &mut dyn Host,
         seq: i32,

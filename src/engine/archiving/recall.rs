@@ -16,11 +16,12 @@
 use std::ops::RangeInclusive;
 use std::time::Instant;
 
-use super::archive_pass::{load_candidates, rank_pages, ArchScratch};
-use super::fallback::Scoring;
-use super::seq::Phase;
-use super::{Engine, EngineError};
+use super::rows::{load_candidates, rank_pages};
+use super::ArchScratch;
 use crate::archive::{Layout, RecallProbe, SeqArchive};
+use crate::engine::fallback::Scoring;
+use crate::engine::seq::Phase;
+use crate::engine::{Engine, EngineError};
 use crate::host::Host;
 use crate::scoring::{ExtraKeys, ScoreCtx, ScoreError};
 
@@ -34,7 +35,7 @@ impl Engine {
     /// Between compression passes (no pass ran this step): a swap pass after a multi-token
     /// batch in the decode phase, and every `recall_every` steps a targeted recall. Returns the
     /// cells the sequence holds afterwards.
-    pub(super) fn recall_step(
+    pub(in crate::engine) fn recall_step(
         &mut self,
         host: &mut dyn Host,
         seq: i32,
@@ -238,7 +239,8 @@ fn reading_position(
         return Ok(None);
     }
     let ctx = ctx.with_cells(&cells[..end], &pos[..end]);
-    if !probe.cell_rows(&ctx, host, &mut sc.score_rows)? || sc.score_rows.n_rows() == 0 {
+    probe.cell_rows(&ctx, host, &mut sc.score_rows)?;
+    if sc.score_rows.n_rows() == 0 {
         return Ok(None);
     }
     sc.score_rows.max_into(&mut sc.col_max);
@@ -301,9 +303,7 @@ fn archive_winners(
 ) {
     sc.recall.clear();
     sc.winners.clear();
-    if !rank_pages(probe, ctx, layout, archive, sc) {
-        return;
-    }
+    rank_pages(probe, ctx, layout, archive, sc);
     let mut best = std::mem::take(&mut sc.page_ids);
     best.clear();
     best.extend(
