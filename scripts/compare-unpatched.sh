@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Check that the patch series changes nothing while no plugin is attached: build the vendored
-# llama.cpp 11434 WITHOUT the plugin (same flags), run the same greedy generation against both
-# builds with plain llama.h, and compare every logit bit for bit. Run once (takes a llama.cpp build).
+# llama.cpp 11434 WITHOUT the plugin (the same options, cmake/llama-options.cmake), run the same
+# greedy generation against both builds with plain llama.h, and compare every logit bit for bit.
+# Run once (takes a llama.cpp build).
 #   scripts/compare-unpatched.sh [MODEL] [STEPS]
 # UNPATCHED_BUILD=DIR reuses an existing unpatched CMake build (with DIR/../include etc. = source).
 set -euo pipefail
@@ -21,9 +22,10 @@ else
         rm -rf "$US"
         src="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/llama-cpp-sys-2-0.1.161/llama.cpp | head -1)"
         cp -r "$src" "$US"
-        cmake -S "$US" -B "$UB" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF -DBUILD_SHARED_LIBS=OFF \
-            -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-            -DLLAMA_BUILD_COMMON=OFF -DLLAMA_OPENSSL=OFF > /dev/null
+        # the options of the patched build (cmake/llama-options.cmake); the crate's vendored tree
+        # has no tools, and only libllama is built
+        cmake -C "$ROOT/cmake/llama-options.cmake" -S "$US" -B "$UB" \
+            -DLLAMA_BUILD_COMMON=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF > /dev/null
         cmake --build "$UB" -j "$(nproc)" --target llama > /dev/null
     fi
 fi
