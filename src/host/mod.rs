@@ -114,6 +114,7 @@ pub trait Host {
     /// indices) at once: `queries` holds, layer after layer, `[n_head_kv][n_query[i]][head_dim]`
     /// prepared queries; `out` gets, layer after layer, `[n_head_kv][cells]` scores: the largest
     /// logit over the group's queries (`prob` false) or log probability over the cells (true).
+    #[allow(clippy::too_many_arguments)] // the C callback's arguments
     fn score_keys(
         &mut self,
         _stream: u32,
