@@ -26,14 +26,13 @@ import argparse
 import json
 import math
 import re
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
-from server_util import ROOT, free_port, post, wait_healthy
+from server_util import ROOT, ServerError, free_port, post, start, stop
 
 PROMPTS = ["Write a long, detailed story about a lighthouse keeper.",
            "Explain, step by step, how a compiler turns source code into machine code.",
@@ -70,15 +69,14 @@ def run(args, n: int, config: str) -> dict:
            "-lv", "4", *kv_flags]
     print(f"[measure] {' '.join(cmd)}", flush=True)
     log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        try:
-            wait_healthy(url, proc)
-        except RuntimeError as e:
-            log.flush()
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
-            raise SystemExit(f"[measure] {e}: {' / '.join(tail)} (log: {log_path})") from None
+        proc = start(cmd, url, log)
+    except ServerError as e:
+        log.close()
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-3:]
+        raise SystemExit(f"[measure] {e}: {' / '.join(tail)} (log: {log_path})") from None
+    try:
         peak = [0.0]
         done = threading.Event()
 
@@ -114,8 +112,7 @@ def run(args, n: int, config: str) -> dict:
         with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
             metrics = r.read().decode()
     finally:
-        proc.terminate()
-        proc.wait(timeout=60)
+        stop(proc, 60)
         log.close()
     text = log_path.read_text(errors="replace")
     kv = re.search(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells", text)

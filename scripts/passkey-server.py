@@ -8,11 +8,10 @@
              --kv-compress beacon --kv-budget 256 --kv-archive 2048
 """
 import json
-import subprocess
 import sys
 import urllib.request
 
-from server_util import ROOT, free_port, post, wait_healthy
+from server_util import ROOT, free_port, post, start, stop
 
 FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 HEAD = ("There is an important info hidden inside a lot of irrelevant text. Find it and memorize it. "
@@ -35,11 +34,9 @@ def main() -> int:
     model, flags = sys.argv[1], sys.argv[2:]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([str(ROOT / "build/bin/llama-server"), "-m", model, "-c", "4096", "--port", str(port),
-                               "-t", "2", "-np", "1", "--slots", *flags],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start([ROOT / "build/bin/llama-server", "-m", model, "-c", "4096", "--port", str(port),
+                    "-t", "2", "-np", "1", "--slots", *flags], url)
     try:
-        wait_healthy(url, server)
         found = 0
         for i, depth in enumerate([0.1, 0.3, 0.5, 0.7, 0.9]):
             key = 10000 + (i * 7919 + 4271) % 90000  # beaconkv-eval's keys
@@ -51,8 +48,7 @@ def main() -> int:
         kv = json.load(urllib.request.urlopen(url + "/slots"))[0].get("kv_compress")
         print(f"found {found} of 5; slot kv_compress: {kv}")
     finally:
-        server.terminate()
-        server.wait()
+        stop(server)
     return 0
 
 

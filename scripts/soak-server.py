@@ -43,6 +43,7 @@ import threading
 import time
 from pathlib import Path
 
+import server_util
 from server_util import ROOT, free_port
 
 # the tiny model has random weights: a grammar keeps its output printable ASCII (greedy sampling under a
@@ -259,34 +260,20 @@ class Soak:
         ]
         self.stopped_on_purpose = False
         self._log = open(self.log_path, "w")
+        # started here, not by server_util.start, so that the watchdog can kill it while it starts;
+        # stop_server() ends it whatever happens
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True)  # a Ctrl-C in the terminal reaches us only
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama-server exited with {self.proc.returncode} during start-up "
-                                   f"(log: {self.log_path})")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
-                conn.request("GET", "/health")
-                if conn.getresponse().status == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"llama-server not healthy after 120 s (log: {self.log_path})")
+        try:
+            server_util.wait_healthy(f"http://127.0.0.1:{self.port}", self.proc)
+        except server_util.ServerError as e:
+            raise RuntimeError(f"{e} (log: {self.log_path})") from None
 
     def stop_server(self):
         if self.proc is None:
             return
         self.stopped_on_purpose = True
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=15)
+        server_util.stop(self.proc, 15)
         self._log.close()
         shutil.rmtree(self.save_dir, ignore_errors=True)
 

@@ -7,9 +7,8 @@ model cache that `scripts/fetch-models.sh smollm2` fills.
 
 import json
 import os
-import socket
 import subprocess
-import time
+import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import server_util  # noqa: E402  (scripts/: the start-and-wait loop every server user shares)
 BIN = Path(os.environ.get("BEACONKV_BIN_DIR", ROOT / "build/bin"))
 TINY = ROOT / "build/models/tiny.gguf"
 # the tiny model has random weights: keep its output to printable ASCII so the server's output parser
@@ -41,17 +42,11 @@ def smollm2() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """One llama-server process; `log` holds what it printed once it is stopped."""
 
     def __init__(self, model: Path, *args: str, tmp: Path, timeout: float = 120):
-        self.port = free_port()
+        self.port = server_util.free_port()
         self.body = {"grammar": ASCII_GRAMMAR} if Path(model).name.startswith("tiny") else {}
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp / f"server-{self.port}.log"
@@ -62,22 +57,15 @@ class Server:
             *args,
         ]
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"llama-server exited with {self.proc.returncode} during start-up:\n{self.log()[-4000:]}")
-            try:
-                if self.get("/health", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"llama-server not healthy after {timeout} s:\n{self.log()[-4000:]}")
+        try:
+            self.proc = server_util.start(self.args, self.url, self._log, seconds=timeout)
+        except server_util.ServerError as e:
+            self._log.close()
+            raise AssertionError(f"{e}:\n{self.log()[-4000:]}") from None
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def request(self, method: str, path: str, body=None, timeout: float = 300):
@@ -125,13 +113,7 @@ class Server:
         return out
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=20)
+        server_util.stop(self.proc, 20)
         self._log.close()
 
 
