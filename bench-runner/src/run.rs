@@ -271,6 +271,43 @@ fn follow_stderr(stderr: impl std::io::Read, mut log: File, bar: &ProgressBar) {
     }
 }
 
+/// `beaconkv-eval --mode reason`'s arguments for one tasks file and one config, with
+/// `(n_tokens, chunk, parallel)`: the reason and HumanEval benches both drive that mode.
+pub fn reason_mode_args(
+    run: &EvalOptions,
+    (n_tokens, chunk, parallel): (u32, u32, u32),
+    model: &Path,
+    config: &str,
+    input: &Path,
+    out: &Path,
+) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--mode",
+        "reason",
+        "--configs",
+        config,
+        "--tasks",
+        &input.display().to_string(),
+        "--out",
+        &out.display().to_string(),
+        "--n-tokens",
+        &n_tokens.to_string(),
+        "--chunk",
+        &chunk.to_string(),
+        "-np",
+        &parallel.to_string(),
+        "-m",
+        &model.display().to_string(),
+        "-t",
+        &run.threads.to_string(),
+    ]
+    .iter()
+    .map(|x| x.to_string())
+    .collect();
+    a.extend(run.llama_args.iter().cloned());
+    a
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -218,31 +218,8 @@ pub fn eval_args(
     input: &Path,
     out: &Path,
 ) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--mode",
-        "reason",
-        "--configs",
-        config,
-        "--tasks",
-        &input.display().to_string(),
-        "--out",
-        &out.display().to_string(),
-        "--n-tokens",
-        &s.n_tokens.to_string(),
-        "--chunk",
-        &s.chunk.to_string(),
-        "-np",
-        &s.parallel.to_string(),
-        "-m",
-        &model.display().to_string(),
-        "-t",
-        &s.run.threads.to_string(),
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    a.extend(s.run.llama_args.iter().cloned());
-    a
+    let sizes = (s.n_tokens, s.chunk, s.parallel);
+    crate::run::reason_mode_args(&s.run, sizes, model, config, input, out)
 }
 
 /// A conversation line of the tool checked against its conversation: a row.
