@@ -23,6 +23,7 @@ struct llama_kv_plugin_state::scorer {
     std::vector<ggml_backend_t>   layer_backend; // per plugin layer
     ggml_backend_sched_ptr        sched;
     std::vector<uint8_t>          meta;          // the graph context's tensor and graph memory
+    size_t                        graph_size = 0;
     bool                          failed = false;
 };
 
@@ -85,7 +86,7 @@ static llama_kv_plugin_state::scorer * kvp_scorer(llama_context * ctx, llama_kv_
             return nullptr;
         }
         kvp_set_threads(b, n_threads);
-        // a CPU device among the layers' must come last: move it there
+        // the CPU must come last: layers split between the CPU and another device are not scored here
         for (size_t i = 0; i + 1 < devs.size(); ++i) {
             if (devs[i] == cpu) {
                 s->failed = true;
@@ -100,9 +101,9 @@ static llama_kv_plugin_state::scorer * kvp_scorer(llama_context * ctx, llama_kv_
     for (auto & b : s->backends) {
         raw.push_back(b.get());
     }
-    const size_t graph_size = 24*st->layers.size() + 64;
-    s->sched.reset(ggml_backend_sched_new(raw.data(), nullptr, (int) raw.size(), graph_size, false, false));
-    s->meta.resize(ggml_tensor_overhead()*graph_size + ggml_graph_overhead_custom(graph_size, false));
+    s->graph_size = 24*st->layers.size() + 64; // at most ~20 tensors per layer
+    s->sched.reset(ggml_backend_sched_new(raw.data(), nullptr, (int) raw.size(), s->graph_size, false, false));
+    s->meta.resize(ggml_tensor_overhead()*s->graph_size + ggml_graph_overhead_custom(s->graph_size, false));
     if (!s->sched) {
         s->failed = true;
         return nullptr;
@@ -151,8 +152,7 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     ggml_backend_sched_reset(s->sched.get());
     ggml_context_ptr gctx { ggml_init(params) };
     ggml_context * g = gctx.get();
-    const size_t graph_size = 24*st->layers.size() + 64;
-    ggml_cgraph * gf = ggml_new_graph_custom(g, graph_size, false);
+    ggml_cgraph * gf = ggml_new_graph_custom(g, s->graph_size, false);
 
     const int64_t n = n_cells;
     ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, n);
