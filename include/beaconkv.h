@@ -95,9 +95,9 @@ typedef struct beaconkv_params {
     int32_t  prefix_max; /* [prefix_max] with prefix = prompt: at most this many of the prompt's first
                                       cells are protected; 0 = budget/4 (default). A value of at least
                                       min - window lifts the bound (the prefix is always capped there)  */
-    int32_t  prompt_mode; /* [prompt] beaconkv_prompt_mode: what the budget bounds of a prompt; INSIDE
-                                      (default): all of it, a long prompt is compressed while read.
-                                      KEEP: its first prompt_max cells are kept on top of the budget.
+    int32_t  prompt_mode; /* [prompt] beaconkv_prompt_mode: what the budget bounds of a prompt; INSIDE:
+                                      all of it, a long prompt is compressed while read. KEEP
+                                      (default): its first prompt_max cells are kept on top of the budget.
                                       WINDOW: it is read into budget + prompt_max cells and compressed
                                       once at its end (its last queries and the beacons score it)       */
     int32_t  prompt_max; /* [prompt_max] prompt cells beyond the budget with KEEP or WINDOW; 0 = budget.

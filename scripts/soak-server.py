@@ -121,6 +121,8 @@ class Soak:
         self.model = Path(args.model)
         self.extra = {"grammar": ASCII_GRAMMAR} if self.model.name.startswith("tiny") else {}
         self.budget = args.budget
+        # the default prompt=keep holds up to budget prompt cells (--kv-prompt-max 0) beside the budget
+        self.limit = 2 * self.budget
         self.np = 4
         self.n_ctx_slot = args.ctx_slot
         self.out = Path(args.out)
@@ -236,7 +238,7 @@ class Soak:
 
     def check_timings(self, res: dict, kind: str):
         t = res.get("timings", {})
-        self.check("budget", 0 <= t.get("kv_cells", -1) <= self.budget,
+        self.check("budget", 0 <= t.get("kv_cells", -1) <= t.get("kv_cells_allowed", -1) <= self.limit,
                    lambda: {"kind": kind, "where": "timings", "timings": t})
 
     def slots(self):
@@ -280,7 +282,7 @@ class Soak:
     # ---- pollers --------------------------------------------------------------------------------
 
     def poll_slots(self):
-        """Cells within budget and the plugin active, on every slot, twice a second."""
+        """Cells within budget + prompt room and the plugin active, on every slot, twice a second."""
         while not self.stop.wait(0.5):
             slots = self.slots()
             if slots is None:
@@ -288,8 +290,8 @@ class Soak:
             total = 0
             for s in slots:
                 kv = s.get("kv_compress") or {}
-                self.check("budget", 0 <= kv.get("cells_in_use", -1) <= self.budget
-                           and kv.get("cells_peak", -1) <= self.budget,
+                self.check("budget", 0 <= kv.get("cells_in_use", -1) <= self.limit
+                           and kv.get("cells_peak", -1) <= self.limit,
                            lambda: {"where": "/slots", "slot": s["id"], "kv_compress": kv})
                 self.check("plugin_active", kv.get("active") is True, lambda: {"slot": s["id"], "kv_compress": kv})
                 total += kv.get("archive_bytes", 0)

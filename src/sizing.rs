@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn physical_cells_per_stream_and_unified() {
-        let b256 = params("budget=256");
+        let b256 = params("prompt=inside,budget=256");
         // one sequence, ubatches clamped to max_slack: 256 + 32 = 288 (256-rounding would pass it)
         assert_eq!(physical_cells(&b256, 1, 32, false, 8192, 0), 288);
         assert_eq!(
@@ -185,7 +185,7 @@ mod tests {
         );
         // a larger ubatch (speculative verification) gets its slack: 256 + 49, exact (320 > bound)
         assert_eq!(physical_cells(&b256, 1, 49, false, 8192, 0), 305);
-        let b2048 = params("budget=2048,window=64");
+        let b2048 = params("prompt=inside,budget=2048,window=64");
         assert_eq!(physical_cells(&b2048, 1, 256, false, 65536, 0), 2304);
         assert_eq!(
             physical_cells(&b2048, 1, 100, false, 65536, 0),
@@ -193,15 +193,15 @@ mod tests {
             "2148 -> 2304"
         );
         // four split streams: each 1024 + 128; unified: 4 * 1024 + 128 once
-        let b1024 = params("budget=1024");
+        let b1024 = params("prompt=inside,budget=1024");
         assert_eq!(physical_cells(&b1024, 4, 128, false, 65536, 0), 4 * 1152);
         assert_eq!(physical_cells(&b1024, 4, 128, true, 65536, 0), 4224);
         // a budget that is not a multiple of 32 stays as computed
-        let odd = params("budget=200,window=16");
+        let odd = params("prompt=inside,budget=200,window=16");
         assert_eq!(physical_cells(&odd, 1, 32, false, 8192, 0), 232);
         // every ubatch fits; with ubatches clamped to max_slack, never more than budget + max_slack
         for budget in [64usize, 100, 256, 300, 1000, 1024, 3000, 4096] {
-            let p = params(&format!("budget={budget},window=8"));
+            let p = params(&format!("prompt=inside,budget={budget},window=8"));
             for n_ub in [1usize, 32, 64, 512, 4096] {
                 let cells = physical_cells(&p, 1, n_ub, false, 1 << 30, 0) as usize;
                 assert!(cells >= budget + n_ub, "{budget} {n_ub}: {cells}");
@@ -214,8 +214,24 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_prompt_has_room_beside_the_budget() {
+        // prompt=keep (the default): room for a prompt of prompt_max cells (0 = the budget)
+        assert_eq!(
+            physical_cells(&params("budget=256"), 1, 32, false, 8192, 0),
+            544
+        );
+        let capped = params("budget=256,prompt_max=64");
+        assert_eq!(physical_cells(&capped, 1, 32, false, 8192, 0), 352);
+        let window = params("budget=1024,prompt=window,prompt_max=1024");
+        assert_eq!(
+            physical_cells(&window, 4, 128, true, 65536, 0),
+            4 * 2048 + 128
+        );
+    }
+
+    #[test]
     fn no_gain_and_overrides() {
-        let b256 = params("budget=256");
+        let b256 = params("prompt=inside,budget=256");
         assert_eq!(
             physical_cells(&b256, 1, 32, false, 300, 0),
             288,

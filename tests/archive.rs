@@ -16,7 +16,7 @@ const PLANTED: std::ops::Range<i32> = 96..104;
 const ANCHOR: i32 = 95;
 
 fn spec(extra: &str) -> String {
-    format!("beacon,budget={BUDGET},min=48,window=8,prefix=4,beacons=4,recent=4,page=8{extra}")
+    format!("beacon,budget={BUDGET},min=48,window=8,prefix=4,beacons=4,recent=4,page=8,prompt=inside{extra}")
 }
 
 fn v_of(pos: i32, j: usize) -> f32 {

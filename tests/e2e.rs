@@ -38,7 +38,14 @@ fn budget_above_length_gives_identical_output() {
 
 #[test]
 fn cells_stay_bounded_for_every_policy() {
-    for policy in ["beacon", "recent", "streaming", "random"] {
+    for policy in [
+        "beacon",
+        "recent",
+        "streaming",
+        "random",
+        "beacon,prompt=inside",
+        "streaming,prompt=inside",
+    ] {
         let out = e2e(&tiny_model(), &format!("bounded_cells:{policy}"), &[]);
         assert!(out.contains("ok bounded_cells"), "{out}");
     }

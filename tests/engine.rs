@@ -122,7 +122,7 @@ fn kept_vs_reference(via_read_rows: bool, hadamard: bool) {
 /// q·k/sqrt(d)) instead of the raw logit.
 fn kept_vs_reference_scored(via_read_rows: bool, hadamard: bool, prob: bool) {
     let spec = format!(
-        "recent,recent=1,budget=64,min=48,window=8,prefix=4,score={}",
+        "recent,recent=1,budget=64,min=48,window=8,prefix=4,prompt=inside,score={}",
         if prob { "prob" } else { "logit" }
     );
     let params = Params::parse(&spec).unwrap();
@@ -313,7 +313,8 @@ fn beacon_keeps_planted_keys_streaming_does_not() {
 
 #[test]
 fn prompt_phase_sets_prefix_and_fork_inherits() {
-    let params = Params::parse("streaming,budget=64,min=48,window=8,prefix_max=32").unwrap();
+    let params =
+        Params::parse("streaming,budget=64,min=48,window=8,prefix_max=32,prompt=inside").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     feed(&mut engine, &mut host, 0, 10, true);
@@ -330,7 +331,8 @@ fn prompt_phase_sets_prefix_and_fork_inherits() {
 
 #[test]
 fn prefix_is_capped_with_one_warning() {
-    let params = Params::parse("streaming,budget=64,min=48,window=8,prefix_max=64").unwrap();
+    let params =
+        Params::parse("streaming,budget=64,min=48,window=8,prefix_max=64,prompt=inside").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     feed(&mut engine, &mut host, 0, 60, false);
@@ -345,7 +347,8 @@ fn prefix_is_capped_with_one_warning() {
 #[test]
 fn prompt_prefix_cap_leaves_room_for_the_newest_cell() {
     let params =
-        Params::parse("random,budget=10,min=10,window=0,prefix=prompt,prefix_max=12").unwrap();
+        Params::parse("random,budget=10,min=10,window=0,prefix=prompt,prefix_max=12,prompt=inside")
+            .unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 64, 8);
     let mut engine = Engine::new(params, &mut host);
     feed(&mut engine, &mut host, 0, 12, true);
@@ -393,7 +396,7 @@ fn host_error_is_returned_and_the_next_call_retries() {
 /// stays within its budget.
 #[test]
 fn failed_k_read_falls_back_to_position_only_eviction() {
-    let params = Params::parse("beacon,budget=32,min=24,window=4,prefix=2").unwrap();
+    let params = Params::parse("beacon,budget=32,min=24,window=4,prefix=2,prompt=inside").unwrap();
     let mut host = FakeHost::new(2, 2, 1, D, 128, 8).with_rope();
     host.via_read_rows = true;
     let mut engine = Engine::new(params, &mut host);
@@ -454,7 +457,7 @@ fn failed_k_read_falls_back_to_position_only_eviction() {
 /// leaves room for scored middle cells.
 #[test]
 fn prompt_prefix_is_bounded_by_prefix_max() {
-    let params = Params::parse("random,budget=64,min=48,window=8").unwrap();
+    let params = Params::parse("random,budget=64,min=48,window=8,prompt=inside").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     feed(&mut engine, &mut host, 0, 40, true);
@@ -502,7 +505,9 @@ fn decode_steps_count_cells_without_listing() {
 /// `seq_copied` honours its range; `seq_removed` of a tail lowers the prompt length.
 #[test]
 fn ranged_copies_and_removals() {
-    let params = Params::parse("recent,recent=8,budget=64,min=48,window=8,prefix_max=64").unwrap();
+    let params =
+        Params::parse("recent,recent=8,budget=64,min=48,window=8,prefix_max=64,prompt=inside")
+            .unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 32).with_rope();
     let mut engine = Engine::new(params, &mut host);
     engine.before_batch(&mut host, &[0], &[30], None).unwrap();
@@ -565,7 +570,7 @@ fn unusable_layers_are_skipped_and_warned_once() {
 
 #[test]
 fn speculative_verification_batches_end_the_prompt_phase() {
-    let params = Params::parse("streaming,budget=64,min=48,window=8").unwrap();
+    let params = Params::parse("streaming,budget=64,min=48,window=8,prompt=inside").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     // prompt: 12 tokens, logits for the last only
@@ -611,7 +616,8 @@ fn speculative_verification_batches_end_the_prompt_phase() {
 #[test]
 fn speculative_rollback_keeps_the_accepted_tokens() {
     // a long protected prefix: prefix + window (48) leave less room than a verification batch needs
-    let params = Params::parse("streaming,budget=64,min=56,window=8,prefix=40").unwrap();
+    let params =
+        Params::parse("streaming,budget=64,min=56,window=8,prefix=40,prompt=inside").unwrap();
     let mut host = FakeHost::new(1, 2, 1, D, 256, 64);
     let mut engine = Engine::new(params, &mut host);
     let mut next = 0;
@@ -695,8 +701,10 @@ fn bad_hadamard_block_skips_the_layer() {
 fn pruned_passes_evict_what_full_passes_would() {
     const LAYERS: usize = 12;
     let (n_head, n_kv) = (4usize, 2usize);
-    let params =
-        Params::parse("recent,recent=1,budget=96,min=64,window=8,prefix=4,score=logit").unwrap();
+    let params = Params::parse(
+        "recent,recent=1,budget=96,min=64,window=8,prefix=4,score=logit,prompt=inside",
+    )
+    .unwrap();
     let mut host = FakeHost::new(LAYERS, n_head, n_kv, D, 256, 8);
     let mut engine = Engine::new(params, &mut host);
     let mut rng = Lcg(11);
@@ -882,6 +890,6 @@ fn prompt_window_compresses_the_prompt_once_at_its_end() {
 
 #[test]
 fn prompt_max_needs_keep_or_window() {
-    let e = Params::parse("beacon,budget=64,prompt_max=32").unwrap_err();
+    let e = Params::parse("beacon,budget=64,prompt=inside,prompt_max=32").unwrap_err();
     assert_eq!(e.key, "prompt_max", "{e:?}");
 }

@@ -119,7 +119,7 @@ impl Drop for Ctx {
 
 #[test]
 fn panic_in_a_hook_falls_back_to_position_only_eviction() {
-    let mut c = Ctx::beacon("beacon,budget=64,min=48,window=8,prefix=4");
+    let mut c = Ctx::beacon("beacon,budget=64,min=48,window=8,prefix=4,prompt=inside");
     assert_eq!(c.decode(40), [BEACONKV_OK; 3]);
     for _ in 0..24 {
         assert_eq!(c.decode(1), [BEACONKV_OK; 3]);
@@ -281,7 +281,7 @@ fn every_context_function_survives_a_panic() {
 #[test]
 fn failing_evict_is_a_host_error_and_the_next_call_retries() {
     let mut c = Ctx::new(
-        "random,budget=32,window=8",
+        "random,budget=32,window=8,prompt=inside",
         FakeHost::new(0, 1, 1, D, 128, 8),
     );
     c.decode(32);
@@ -304,7 +304,7 @@ fn failing_evict_is_a_host_error_and_the_next_call_retries() {
 fn failing_query_read_moves_to_fallback_and_eviction_goes_on() {
     let mut host = FakeHost::new(2, 2, 1, D, 512, 64).with_rope();
     host.via_read_rows = true;
-    let mut c = Ctx::new("beacon,budget=64,window=8", host);
+    let mut c = Ctx::new("beacon,budget=64,window=8,prompt=inside", host);
     c.decode(30);
     c.host.fail.read_rows = 1;
     assert_eq!(c.decode(1)[1], BEACONKV_ERR_HOST);
@@ -323,7 +323,7 @@ fn failing_query_read_moves_to_fallback_and_eviction_goes_on() {
 fn no_readable_layer_evicts_by_position() {
     let mut host = FakeHost::new(1, 2, 1, D, 512, 64);
     host.layers[0].raw.k_type = 99;
-    let mut c = Ctx::new("beacon,budget=64,window=8", host);
+    let mut c = Ctx::new("beacon,budget=64,window=8,prompt=inside", host);
     for _ in 0..150 {
         c.decode(1);
         assert!(c.host.count(0) <= 64);
@@ -501,7 +501,7 @@ fn whole_specs_name_the_flag_of_the_offending_key() {
 
 #[test]
 fn sizing_entry_points() {
-    let p = params("budget=256");
+    let p = params("budget=256,prompt=inside");
     unsafe {
         assert_eq!(beaconkv_max_ubatch(&p), 32);
         assert_eq!(beaconkv_max_ubatch(&params("budget=2048")), 256);
@@ -550,6 +550,7 @@ fn sized_cache_never_overflows() {
         for _ in 0..300 {
             assert_eq!(c.decode(1), [BEACONKV_OK; 3], "{spec}: generation");
         }
-        assert!(c.host.count(0) <= p.budget as usize, "{spec}");
+        // prompt=keep (the default): the prompt's first `budget` cells on top of the budget
+        assert!(c.host.count(0) <= 2 * p.budget as usize, "{spec}");
     }
 }

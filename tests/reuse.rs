@@ -9,7 +9,7 @@ use half::f16;
 
 const D: usize = 16;
 const UBATCH: i32 = 64;
-const SPEC: &str = "beacon,budget=1100,window=16,beacons=4,recent=4";
+const SPEC: &str = "beacon,budget=1100,window=16,beacons=4,recent=4,prompt=inside";
 
 /// K and the query of `pos` in text `version` (positions before 600 are the same in both).
 fn write(host: &mut FakeHost, pos: i32, version: u64, row: usize) {

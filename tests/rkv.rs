@@ -273,7 +273,7 @@ fn evicted_with_duplicates(spec: &str) -> Vec<i32> {
 
 #[test]
 fn rkv_evicts_the_older_copy_of_duplicate_keys() {
-    let base = "budget=48,min=44,window=4,prefix=4,recent=2";
+    let base = "budget=48,min=44,window=4,prefix=4,recent=2,prompt=inside";
     assert_eq!(
         evicted_with_duplicates(&format!("rkv,{base}")),
         [12, 13, 20, 21]
@@ -290,7 +290,8 @@ fn rkv_evicts_the_older_copy_of_duplicate_keys() {
 #[test]
 fn rkv_keeps_prefix_window_and_budget() {
     const D: usize = 16;
-    let params = Params::parse("rkv,budget=64,min=48,window=8,prefix=4,recent=4").unwrap();
+    let params =
+        Params::parse("rkv,budget=64,min=48,window=8,prefix=4,recent=4,prompt=inside").unwrap();
     let mut host = FakeHost::new(2, 4, 2, D, 128, 1).with_rope();
     let mut engine = Engine::new(params, &mut host);
     let mut rng = Lcg(5);

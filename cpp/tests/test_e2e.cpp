@@ -80,7 +80,7 @@ bool generate(env & e, llama_context * ctx, const std::vector<llama_token> & pro
 bool test_detached_vs_none(env & e) {
     auto prompt = prompt_tokens(e, 48);
     ctx_ptr plain = make_ctx(e, "", 512);
-    ctx_ptr none = make_ctx(e, "policy=none", 512);
+    ctx_ptr none = make_ctx(e, "prompt=inside,policy=none", 512);
     CHECK(plain && none, "context creation failed");
     CHECK(common_kv_compress_get(none.get()) != nullptr, "plugin not attached");
     gen_result a, b;
@@ -97,7 +97,7 @@ bool test_detached_vs_none(env & e) {
 bool test_budget_covers_all(env & e) {
     auto prompt = prompt_tokens(e, 40);
     ctx_ptr plain = make_ctx(e, "", 1024);
-    ctx_ptr big = make_ctx(e, "policy=beacon,budget=512,min=448", 1024);
+    ctx_ptr big = make_ctx(e, "prompt=inside,policy=beacon,budget=512,min=448", 1024);
     CHECK(plain && big, "context creation failed");
     gen_result a, b;
     CHECK(generate(e, plain.get(), prompt, 200, a), "decode failed (plain)");
@@ -113,12 +113,16 @@ bool test_budget_covers_all(env & e) {
     return true;
 }
 
-// 3. Budget B, 8*B generated tokens: cells never exceed B, positions run past the physical
-//    cells, evicted positions are really gone from llama.cpp's own cell listing.
+// 3. Budget B, 8*B generated tokens: cells never exceed B beside the kept prompt (the default
+//    prompt=keep; none with prompt=inside), positions run past the physical cells, evicted
+//    positions are really gone from llama.cpp's own cell listing. `policy` may carry more keys
+//    ("beacon,prompt=inside").
 bool test_bounded_cells(env & e, const std::string & policy) {
     const int budget = 64;
     const std::string spec = "policy=" + policy + ",budget=64,min=48,window=16,beacons=8,recent=8";
     auto prompt = prompt_tokens(e, 24);
+    const bool keep = policy.find("prompt=inside") == std::string::npos;
+    const int limit = budget + (keep ? (int) prompt.size() : 0);
     // the ubatch is clamped to the physical cache's slack (max(budget/8, 32) = 32)
     e.params.n_batch = e.params.n_ubatch = 64;
     ctx_ptr ctx = make_ctx(e, spec, 8192);
@@ -145,18 +149,18 @@ bool test_bounded_cells(env & e, const std::string & policy) {
             }
         }
         present = now;
-        return (int32_t) l.pos.size() <= budget;
+        return (int32_t) l.pos.size() <= limit;
     });
-    CHECK(ok, "decode failed or cells exceeded the budget (max seen %d)", max_cells);
+    CHECK(ok, "decode failed or cells exceeded %d (max seen %d)", limit, max_cells);
     const llama_pos pos_max = llama_memory_seq_pos_max(llama_get_memory(ctx.get()), 0);
     CHECK(pos_max >= (llama_pos) physical, "positions (%d) never ran past the physical cells (%u)", pos_max,
           physical);
-    // The protected prefix (the prompt, at most prefix_max = budget/4 cells of it) is kept, and so is
-    // the newest token.
+    // The protected prefix (the kept prompt; with prompt=inside at most prefix_max = budget/4 cells
+    // of it) is kept, and so is the newest token.
     cell_list l = list_cells(ctx.get(), 0);
     CHECK(!l.pos.empty() && l.pos.back() == pos_max, "newest position missing");
     if (policy != "random") {
-        for (int p = 0; p < std::min<int>((int) prompt.size(), budget / 4); p++) {
+        for (int p = 0; p < std::min<int>((int) prompt.size(), keep ? budget : budget / 4); p++) {
             CHECK(std::find(l.pos.begin(), l.pos.end(), p) != l.pos.end(), "prompt position %d evicted", p);
         }
     }
@@ -201,7 +205,7 @@ bool capture_cb(struct ggml_tensor * t, bool ask, void * ud) {
 
 bool test_query_capture(env & e) {
     q_capture cap;
-    ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=256", 512, capture_cb, &cap);
+    ctx_ptr ctx = make_ctx(e, "prompt=inside,policy=beacon,budget=256", 512, capture_cb, &cap);
     CHECK(ctx, "context creation failed");
     auto prompt = prompt_tokens(e, 8);
     CHECK(decode(ctx.get(), prompt.data(), (int) prompt.size()), "decode failed");
@@ -234,7 +238,7 @@ bool test_query_capture(env & e) {
 bool test_iswa_global_only(env & e) {
     const int n_layer = llama_model_n_layer(e.model);
     ctx_ptr plain = make_ctx(e, "", 2048);
-    ctx_ptr comp = make_ctx(e, "policy=beacon,budget=160,min=128,window=32", 2048);
+    ctx_ptr comp = make_ctx(e, "prompt=inside,policy=beacon,budget=160,min=128,window=32", 2048);
     CHECK(plain && comp, "context creation failed");
     const int n_evictable = llama_kv_plugin_n_layers(comp.get());
     CHECK(n_evictable > 0 && n_evictable < n_layer, "evictable layers %d of %d: expected only global ones",
@@ -354,7 +358,7 @@ bool run_multi(env & e, const std::string & spec, int n_seq, int n_gen, bool uni
 
 bool test_multi_seq(env & e, bool unified) {
     multi_result r;
-    const bool ok = run_multi(e, "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8", 4, 400, unified,
+    const bool ok = run_multi(e, "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8", 4, 400, unified,
                               /*fork=*/true, 64, r);
     printf("multi_seq %s: max cells per seq %d\n", unified ? "unified" : "split", r.max_cells);
     return ok;
@@ -370,7 +374,7 @@ bool test_load(env & e) {
     if (n_gen_plain < 0) {
         n_gen_plain = n_gen;
     }
-    const std::string spec = "policy=beacon,budget=" + std::to_string(budget) + ",window=" +
+    const std::string spec = "prompt=inside,policy=beacon,budget=" + std::to_string(budget) + ",window=" +
                              std::to_string(std::min(64, budget / 4));
     multi_result comp, plain;
     // one stream per sequence (llama-server's layout when slots are not unified): each sequence
@@ -389,7 +393,7 @@ bool test_long_prompt(env & e) {
     e.params.n_batch = e.params.n_ubatch = 128;
     auto prompt = prompt_tokens(e, 1500);
     {
-        ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=96,window=16,prefix=8", 4096);
+        ctx_ptr ctx = make_ctx(e, "prompt=inside,policy=beacon,budget=96,window=16,prefix=8", 4096);
         CHECK(ctx, "context creation failed");
         for (size_t i = 0; i < prompt.size(); i += 128) {
             const int n = (int) std::min<size_t>(128, prompt.size() - i);
@@ -398,10 +402,25 @@ bool test_long_prompt(env & e) {
         }
     }
     {
+        // prompt=keep (the default), room 96: the prompt's first 96 cells stay whole, the rest of
+        // it is compressed within the budget beside them
+        ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=96,window=16", 4096);
+        CHECK(ctx, "context creation failed");
+        for (size_t i = 0; i < prompt.size(); i += 128) {
+            const int n = (int) std::min<size_t>(128, prompt.size() - i);
+            CHECK(decode(ctx.get(), &prompt[i], n), "chunk at %zu failed", i);
+            CHECK(bkv_tools::seq_cells(ctx.get(), 0) <= 2 * 96, "cells above budget + room after chunk %zu", i);
+        }
+        const auto kept = list_cells(ctx.get(), 0).pos;
+        for (int p = 0; p < 96; p++) {
+            CHECK(std::find(kept.begin(), kept.end(), p) != kept.end(), "kept prompt position %d evicted", p);
+        }
+    }
+    {
         // physical cells (--kv-cells 16) below one chunk (n_batch 32): a clean failure
         common_params p = e.params;
         p.kv_cells = 16;
-        ctx_ptr ctx(bkv_tools::make_context(e.model, p, "policy=beacon,budget=32,window=8", 4096));
+        ctx_ptr ctx(bkv_tools::make_context(e.model, p, "prompt=inside,policy=beacon,budget=32,window=8", 4096));
         CHECK(ctx, "context creation failed");
         const int chunk = (int) llama_n_batch(ctx.get());
         CHECK((int) llama_kv_plugin_n_cells(ctx.get()) < chunk, "physical cells %u, chunk %d",
@@ -419,7 +438,7 @@ bool test_long_prompt(env & e) {
 //    and loaded into a fresh context continues with the same tokens as the uninterrupted run.
 bool test_state_roundtrip(env & e, bool with_plugin_state) {
     const char * spec_env = getenv("BEACONKV_STATE_SPEC");  // for investigating
-    const std::string spec = spec_env ? spec_env : "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    const std::string spec = spec_env ? spec_env : "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
     e.params.n_batch = e.params.n_ubatch = 64;
     auto prompt = prompt_tokens(e, 24);
     ctx_ptr a = make_ctx(e, spec, 4096);
@@ -521,7 +540,7 @@ bool test_state_roundtrip(env & e, bool with_plugin_state) {
 //    one batch, rejected tokens are rolled back with llama_memory_seq_rm in both. Each context
 //    evicts only its own cells; the output is the target's greedy choice at every position.
 bool test_speculative(env & e) {
-    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
+    const std::string spec = "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8";
     e.params.n_batch = e.params.n_ubatch = 64;
     ctx_ptr tgt = make_ctx(e, spec, 4096);
     ctx_ptr dft = make_ctx(e, spec, 4096);
@@ -591,7 +610,7 @@ bool test_speculative(env & e) {
 //     order than the library's): a kept set that differs would show a tie broken otherwise.
 bool test_copy_path(env & e) {
     for (const char * score : {"prob", "logit"}) {
-        const std::string spec = std::string("policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,score=") + score;
+        const std::string spec = std::string("prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,score=") + score;
         e.params.n_batch = e.params.n_ubatch = 64;
         ctx_ptr direct  = make_ctx(e, spec, 4096);
         ctx_ptr copy    = make_ctx(e, spec + ",read=copy", 4096);
@@ -645,7 +664,7 @@ bool test_archive_swap_in(env & e) {
     std::vector<float> ref;
     const char * names[] = {"reference", "rows as bytes", "rows as f32", "rows not written"};
     for (int mode = 0; mode < 4; mode++) {
-        ctx_ptr ctx = make_ctx(e, "policy=none", 512);
+        ctx_ptr ctx = make_ctx(e, "prompt=inside,policy=none", 512);
         CHECK(ctx, "context creation failed");
         CHECK(decode(ctx.get(), prompt.data(), n_prompt), "prompt decode failed");
         if (mode > 0) {
@@ -744,7 +763,7 @@ bool test_archive_swap_in(env & e) {
 //     is held twice.
 bool test_archive_run(env & e) {
     const int budget = 64;
-    const std::string spec = "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=256,page=8,recall_every=1";
+    const std::string spec = "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=256,page=8,recall_every=1";
     auto prompt = prompt_tokens(e, 24);
     ctx_ptr ctx = make_ctx(e, spec, 8192);
     CHECK(ctx, "context creation failed");
@@ -780,7 +799,7 @@ bool test_archive_run(env & e) {
 //     recall_match (8) of its tokens have come again, its positions come back into the cache.
 bool test_archive_recall_by_tokens(env & e) {
     const std::string spec =
-        "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8,recall_every=1";
+        "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8,recall_every=1";
     ctx_ptr ctx = make_ctx(e, spec, 8192);
     CHECK(ctx, "context creation failed");
     // the passage: ids 100..131; the gap: 200 other ids, none twice; then the passage again
@@ -826,7 +845,7 @@ bool test_archive_recall_by_tokens(env & e) {
 //     computed).
 bool test_archive_recall_at_batch_start(env & e) {
     const std::string spec =
-        "policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8";
+        "prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8,archive=512,page=8";
     ctx_ptr ctx = make_ctx(e, spec, 8192);
     CHECK(ctx, "context creation failed");
     CHECK(e.n_vocab > 256, "the vocabulary has too few ids (%d)", e.n_vocab);

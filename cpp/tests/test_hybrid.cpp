@@ -116,7 +116,7 @@ bool attention_is_last(env & e, llama_context * ctx) {
 //    is never evicted and both memories report the same newest position.
 bool test_recurrent_untouched(env & e, const std::string & policy) {
     const int budget = 64;
-    const std::string spec = "policy=" + policy + ",budget=64,min=48,window=16,beacons=8,recent=8";
+    const std::string spec = "prompt=inside,policy=" + policy + ",budget=64,min=48,window=16,beacons=8,recent=8";
     e.params.n_batch = e.params.n_ubatch = 64;
     ctx_ptr comp = make_ctx(e, spec, 8192);
     ctx_ptr plain = make_ctx(e, "", 8192);
@@ -173,7 +173,7 @@ bool test_recurrent_untouched(env & e, const std::string & policy) {
 //    sequence's positions alone, and the sequence continues at the right position.
 bool test_direct_evict(env & e) {
     e.params.n_batch = e.params.n_ubatch = 64;
-    ctx_ptr ctx = make_ctx(e, "policy=beacon,budget=64,min=48,window=16", 4096);
+    ctx_ptr ctx = make_ctx(e, "prompt=inside,policy=beacon,budget=64,min=48,window=16", 4096);
     CHECK(ctx, "context creation failed");
     auto prompt = prompt_tokens(e, 24);
     CHECK(decode(ctx.get(), prompt.data(), (int) prompt.size()), "prompt");
@@ -227,7 +227,7 @@ bool test_direct_evict(env & e) {
 //    B's after every round.
 bool run_rollback(env & e, bool rs, int budget, bool covers_all) {
     const int k = 4;
-    const std::string spec = "policy=beacon,budget=" + std::to_string(budget) + ",window=16,beacons=8,recent=8";
+    const std::string spec = "prompt=inside,policy=beacon,budget=" + std::to_string(budget) + ",window=16,beacons=8,recent=8";
     e.params.n_batch = e.params.n_ubatch = 64;
     const int n_gen = covers_all ? 300 : 8 * budget + 37;
     auto prompt = prompt_tokens(e, 20);
@@ -388,7 +388,7 @@ bool test_fork(env & e, bool unified) {
     // one unified stream: the method's logit scores, a max over dot products that both slots compute
     // alike; the default probability scores add a softmax sum whose order follows the slots, so a
     // near-tie can split the fork's kept positions on the first pass (then they stay apart)
-    const std::string spec = std::string("policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8") +
+    const std::string spec = std::string("prompt=inside,policy=beacon,budget=64,min=48,window=16,beacons=8,recent=8") +
                              (unified ? ",score=logit" : "");
     e.params.n_parallel = 2;
     e.params.kv_unified = unified;
@@ -494,7 +494,7 @@ bool test_fork(env & e, bool unified) {
 bool test_refused(env & e) {
     common_params p = e.params;
     p.n_ctx = 4096;
-    p.kv_compress_spec = "policy=beacon,budget=64,window=16";
+    p.kv_compress_spec = "prompt=inside,policy=beacon,budget=64,window=16";
     {
         std::lock_guard<std::mutex> lock(g_log_mutex);
         g_warnings.clear();

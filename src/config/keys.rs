@@ -43,7 +43,7 @@ macro_rules! for_each_key {
             /// What the budget bounds of a prompt: `inside` (the prompt counts within the
             /// budget), `keep` (its first `prompt_max` cells are kept on top of it) or `window`
             /// (read into `budget + prompt_max` cells, compressed once at its end).
-            "prompt" => prompt_mode: PromptMode = PromptMode::Inside,
+            "prompt" => prompt_mode: PromptMode = PromptMode::Keep,
                 c prompt_mode, flag Some("--kv-prompt"), rule Rule::Any;
             /// Prompt cells beyond the budget with `prompt=keep|window`; 0 = budget.
             "prompt_max" => prompt_max: usize = 0,

@@ -194,7 +194,7 @@ fn default_canonical_spec_is_stable() {
     assert_eq!(
         Params::default().to_spec(),
         "policy=beacon,budget=1024,min=0,beacons=16,recent=16,window=64,prefix=prompt,\
-         prefix_max=0,prompt=inside,prompt_max=0,reduce=max,span=1,qcap=64,seed=42,read=auto,\
+         prefix_max=0,prompt=keep,prompt_max=0,reduce=max,span=1,qcap=64,seed=42,read=auto,\
          score=prob,archive=0,archive_type=same,page=16,recall_every=4,recall_margin=2,\
          recall_match=8"
     );

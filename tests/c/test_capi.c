@@ -23,7 +23,7 @@
 #define STEPS 2000 /* default; argv[1] overrides (fewer under valgrind) */
 #define BUDGET 256
 #define WINDOW 64
-#define PREFIX_KEPT (BUDGET / 4) /* prefix=prompt protects at most prefix_max = budget/4 cells */
+#define PREFIX_KEPT (BUDGET / 4) /* prompt=inside: prefix=prompt protects at most budget/4 cells */
 
 static int g_failures = 0;
 static int g_steps = STEPS;
@@ -253,7 +253,8 @@ static void test_plugin_table(void) {
     for (; next < 32; next += 32) decode(ctx, &h, seq, next, 32);
     for (; next < 3 * BUDGET; next++) decode(ctx, &h, seq, next, 1);
     g_plugin = NULL;
-    CHECK(count_cells(&h, seq) <= BUDGET, "table-driven run holds %d cells", count_cells(&h, seq));
+    /* the default prompt=keep holds the 32-token prompt on top of the budget */
+    CHECK(count_cells(&h, seq) <= BUDGET + 32, "table-driven run holds %d cells", count_cells(&h, seq));
 
     const int64_t size = p.state_get(p.ud, seq, NULL, 0);
     CHECK(size > 0 && (size_t)size == beaconkv_seq_state_size(ctx, seq), "state size %lld", (long long)size);
@@ -283,6 +284,10 @@ static void run_policy(const char * spec) {
     if (!ctx) return;
     CHECK(beaconkv_is_enabled(ctx), "%s: not enabled", spec);
     int is_none = params.policy == BEACONKV_POLICY_NONE;
+    /* prompt=keep (the default) keeps the whole 100-token prompt on top of the budget */
+    const int keep = params.prompt_mode == BEACONKV_PROMPT_KEEP;
+    const int limit = BUDGET + (keep ? PROMPT : 0);
+    const int prefix_kept = keep ? PROMPT : PREFIX_KEPT;
 
     const int32_t seq = 0;
     int32_t next = 0;
@@ -297,8 +302,8 @@ static void run_policy(const char * spec) {
         decode(ctx, &h, seq, next, 1);
         next++;
         int cells = count_cells(&h, seq);
-        if (!is_none) CHECK(cells <= BUDGET, "%s step %d: %d cells > budget", spec, step, cells);
-        for (int32_t p = 0; p < PREFIX_KEPT; p++)
+        if (!is_none) CHECK(cells <= limit, "%s step %d: %d cells > %d", spec, step, cells, limit);
+        for (int32_t p = 0; p < prefix_kept; p++)
             if (!has_pos(&h, seq, p)) {
                 CHECK(0, "%s step %d: prefix position %d evicted", spec, step, p);
                 break;
@@ -323,7 +328,7 @@ static void run_policy(const char * spec) {
     beaconkv_get_stats(ctx, seq, &st);
     beaconkv_get_stats(ctx, -1, &tot);
     CHECK(tot.evicted == st.evicted && tot.n_tokens == st.n_tokens, "totals");
-    CHECK(st.prefix_len == PREFIX_KEPT, "%s: prefix_len %d", spec, st.prefix_len);
+    CHECK(st.prefix_len == prefix_kept, "%s: prefix_len %d", spec, st.prefix_len);
     CHECK(st.disabled == 0 && st.fallback == 0, "%s: disabled %d fallback %d", spec, st.disabled, st.fallback);
     CHECK(h.null_arrays == 0, "%s: %d seq_cells calls broke the cap/array contract", spec, h.null_arrays);
     CHECK(h.list_calls == (int)st.compress_events, "%s: %d listings for %llu compressions", spec, h.list_calls,
@@ -335,7 +340,7 @@ static void run_policy(const char * spec) {
         CHECK(st.compress_events > 0 && st.kv_bytes_saved == st.evicted * N_LAYERS * 2u * N_HEAD_KV * HEAD_DIM * 2u,
               "%s: events %llu bytes %llu", spec, (unsigned long long)st.compress_events,
               (unsigned long long)st.kv_bytes_saved);
-        CHECK(st.cells_peak <= BUDGET, "peak %d", st.cells_peak);
+        CHECK(st.cells_peak <= limit, "peak %d", st.cells_peak);
     }
     CHECK(h.bad_evictions == 0, "%s: %d evictions of cells the sequence did not hold", spec, h.bad_evictions);
     if (params.policy == BEACONKV_POLICY_BEACON || params.policy == BEACONKV_POLICY_RECENT ||
@@ -427,13 +432,14 @@ static void test_config(void) {
               pm.prefix_max == 100 && beaconkv_params_default().prefix_max == 0,
           "prefix_max field");
 
-    /* sizing: budget 256 -> slack and largest ubatch 32, 288 cells a stream */
+    /* sizing: budget 256 -> slack and largest ubatch 32; with the default prompt=keep, room for
+       a prompt of up to the budget beside it: 256 + 256 + 32 = 544 cells a stream */
     beaconkv_params b256 = beaconkv_params_default();
     CHECK(beaconkv_params_parse("budget=256", &b256, err, sizeof(err)) == BEACONKV_OK, "%s", err);
     CHECK(beaconkv_max_ubatch(&b256) == 32, "max ubatch %d", beaconkv_max_ubatch(&b256));
-    CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 8192, 0) == 288, "cells");
-    CHECK(beaconkv_physical_cells(&b256, 2, 32, false, 8192, 0) == 576, "split cells");
-    CHECK(beaconkv_physical_cells(&b256, 2, 32, true, 8192, 0) == 544, "unified cells");
+    CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 8192, 0) == 544, "cells");
+    CHECK(beaconkv_physical_cells(&b256, 2, 32, false, 8192, 0) == 1088, "split cells");
+    CHECK(beaconkv_physical_cells(&b256, 2, 32, true, 8192, 0) == 1056, "unified cells");
     CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 256, 0) == 0, "no gain");
 
     beaconkv_params bad_budget = beaconkv_params_default();
@@ -520,6 +526,7 @@ int main(int argc, char ** argv) {
     test_plugin_table();
     const char * specs[] = {
         "beacon,budget=256",
+        "beacon,budget=256,prompt=inside",
         "beacon,budget=256,reduce=zmean,span=3",
         "beacon,budget=256,reduce=rank",
         "streaming,budget=256",

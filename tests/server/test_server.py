@@ -15,7 +15,10 @@ import pytest
 from conftest import ASCII_GRAMMAR, tool
 
 BUDGET = 96
-KV = ["--kv-compress", "beacon", "--kv-budget", str(BUDGET), "--kv-window", "16"]
+# the server's defaults: the prompt is kept beside the budget (prompt=keep, up to BUDGET cells of it)
+KV_DEFAULT = ["--kv-compress", "beacon", "--kv-budget", str(BUDGET), "--kv-window", "16"]
+# the budget bounds the whole sequence, prompt included, so the bounds below are the budget itself
+KV = [*KV_DEFAULT, "--kv-prompt", "inside"]
 
 
 def words(n: int, seed: int = 0) -> str:
@@ -35,21 +38,25 @@ def kv_of(res) -> dict:
 
 
 def test_long_completion_stays_within_budget_tiny(server, tiny):
-    s = server(tiny, "-c", "4096", *KV)
+    """The defaults: a 100-character prompt (more tokens than the room of BUDGET cells) keeps its
+    first BUDGET cells whole, and the answer runs within the budget beside them."""
+    s = server(tiny, "-c", "4096", *KV_DEFAULT)
     res = s.complete(words(100), 8 * BUDGET)
     assert res["tokens_predicted"] == 8 * BUDGET
     t = kv_of(res)
-    assert 0 < t["kv_cells"] <= BUDGET
-    assert t["kv_evicted"] >= 100 + 8 * BUDGET - BUDGET - 1
+    n_prompt = t["prompt_n"]
+    kept = min(n_prompt, BUDGET)
+    assert t["kv_prompt_cells"] == kept and t["kv_cells_allowed"] == BUDGET + kept, t
+    assert kept < t["kv_cells"] <= BUDGET + kept
+    assert t["kv_evicted"] >= n_prompt + 8 * BUDGET - (BUDGET + kept) - 1
     kv = s.slot(0)["kv_compress"]
-    assert kv["cells_peak"] <= BUDGET and kv["compress_events"] > 0
+    assert kv["cells_peak"] <= BUDGET + kept and kv["compress_events"] > 0
     m = s.metrics()
     assert m["kv_evicted_total"] == kv["evicted"]
     assert m["kv_compress_events_total"] == kv["compress_events"]
-    assert 0 < m["kv_cells_used"] <= BUDGET
+    assert 0 < m["kv_cells_used"] <= BUDGET + kept
     assert m["kv_cells_physical"] < 4096
     assert m["kv_plugin_seconds_total"] > 0
-    assert t["kv_cells_allowed"] == BUDGET and t["kv_prompt_cells"] <= BUDGET // 4
     assert kv["scoring"].startswith("in place (")
     assert kv["reads_pass"] == 0 and kv["reads_capture"] == 0, "K in host memory is read in place"
     status, props = s.get("/props")
@@ -69,8 +76,11 @@ def test_long_completion_stays_within_budget_smollm2(server, smol):
     s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", str(budget))
     res = s.complete("Write a long story about a lighthouse keeper.", 8 * budget)
     assert res["tokens_predicted"] == 8 * budget
-    assert kv_of(res)["kv_cells"] <= budget
-    assert s.slot(0)["kv_compress"]["cells_peak"] <= budget
+    t = kv_of(res)
+    # the default prompt=keep: the prompt's cells beside the budget
+    assert t["kv_prompt_cells"] == t["prompt_n"] and t["kv_cells_allowed"] == budget + t["prompt_n"], t
+    assert t["kv_cells"] <= t["kv_cells_allowed"]
+    assert s.slot(0)["kv_compress"]["cells_peak"] <= t["kv_cells_allowed"]
 
 
 def test_parallel_slots_are_each_bounded(server, tiny):
@@ -355,9 +365,9 @@ def test_cancelled_stream_frees_slot_and_state(server, tiny, tmp_path):
 
 
 def test_prompt_kept_whole_on_top_of_the_budget(server, tiny):
-    """--kv-prompt keep: a 300-token prompt stays whole while the answer runs within the budget
+    """--kv-prompt keep (the default): a 300-token prompt stays whole while the answer runs within the budget
     beside it (the tiny model's prompt has more tokens than characters); the timings say how many cells the prompt holds and how many the sequence may."""
-    s = server(tiny, "-c", "4096", *KV, "--kv-prompt", "keep", "--kv-prompt-max", "600")
+    s = server(tiny, "-c", "4096", *KV_DEFAULT, "--kv-prompt-max", "600")
     res = s.complete(words(300, 3), 4 * BUDGET)
     t = kv_of(res)
     n_prompt = res["timings"]["prompt_n"]
@@ -491,7 +501,7 @@ def test_archive_brings_back_what_the_question_quotes_smollm2(server, smol):
     answers = {}
     for name, extra in [("beacon", []), ("archive", ["--kv-archive", "2048"])]:
         s = server(smol, "-c", "4096", "--kv-compress", "beacon", "--kv-budget", "256",
-                   "--kv-compress-spec", "score=logit", *extra)
+                   "--kv-compress-spec", "score=logit,prompt=inside", *extra)
         res = s.complete(passkey_prompt(key), 8, ignore_eos=False)
         assert kv_of(res)["kv_cells"] <= 256
         answers[name] = (res["content"], s.slot(0)["kv_compress"])

@@ -132,9 +132,12 @@ bool common_kv_compress_attach(llama_context * ctx, const common_params & params
     LOG_INF("%s: KV compression on (beaconkv %s): %s\n", __func__, beaconkv_version(), spec);
     beaconkv_refresh_layers(bkv);
     LOG_INF("%s: K is scored: %s\n", __func__, common_kv_compress_scoring_path(ctx).c_str());
-    LOG_INF("%s: per sequence: logical context %u tokens, at most %d cells kept; physical cells per stream: %u\n",
+    // prompt=keep|window: prompt cells beyond the budget (prompt_max, 0 = the budget)
+    const int32_t room = bp.prompt_mode == BEACONKV_PROMPT_INSIDE ? 0 : (bp.prompt_max > 0 ? bp.prompt_max : bp.budget);
+    LOG_INF("%s: per sequence: logical context %u tokens, at most %d cells kept beside %d of the prompt; physical "
+            "cells per stream: %u\n",
             __func__, llama_n_ctx_seq(ctx), bp.policy == BEACONKV_POLICY_NONE ? (int32_t) llama_n_ctx_seq(ctx) : bp.budget,
-            llama_kv_plugin_n_cells(ctx));
+            bp.policy == BEACONKV_POLICY_NONE ? 0 : room, llama_kv_plugin_n_cells(ctx));
     return true;
 }
 
@@ -300,7 +303,7 @@ void common_kv_compress_add_args(const std::function<void(common_arg)> & add_opt
     ).set_env("LLAMA_ARG_KV_PREFIX"));
     add_opt(common_arg(
         {"--kv-prompt"}, "inside|keep|window",
-        "KV compression: what the budget bounds of a prompt: inside (all of it; a long prompt is compressed while read), keep (its first --kv-prompt-max cells are kept whole on top of the budget) or window (read into budget + --kv-prompt-max cells, compressed once at its end)",
+        "KV compression: what the budget bounds of a prompt: keep (default: its first --kv-prompt-max cells are kept whole on top of the budget), inside (all of it; a long prompt is compressed while read) or window (read into budget + --kv-prompt-max cells, compressed once at its end)",
         [](common_params & params, const std::string & value) {
             common_kv_compress_append(params, "--kv-prompt", "prompt=" + value);
         }
