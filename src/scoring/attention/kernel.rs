@@ -1,7 +1,9 @@
 //! The attention kernel: per layer and kv head, the largest scaled logit any query of the
-//! group gives each cell, each archived key, or (as a bound) each archived page's key box; and
-//! pruned passes, which stop scoring cells that provably rank above the lowest ones.
+//! group gives each cell, each archived key, or (as a bound) each archived page's key box.
+//! Pruned passes are in `pruned.rs`, scoring on the host's backend in `backend.rs`.
 
+use super::backend::BackendScores;
+use super::pruned::Pruning;
 use super::sources::{queries_per_head, QuerySource};
 use crate::ggml::dequant::read_k_row;
 use crate::ggml::hadamard::hadamard_inplace;
@@ -41,9 +43,9 @@ pub struct AttentionKernel {
     /// `[kv head][query of the group][dim]`.
     pub(super) queries: Vec<f32>,
     /// `[kv head][dim][TILE]`: the keys of one tile of cells, transposed for `max_dot_tile`.
-    k_tile: Vec<f32>,
+    pub(super) k_tile: Vec<f32>,
     /// `[cell of the tile][kv head][dim]`: K rows of one tile before the transposition.
-    k_tile_rows: Vec<f32>,
+    pub(super) k_tile_rows: Vec<f32>,
     /// All K rows of a layer when they come from `Host::read_rows`.
     k_rows: Vec<f32>,
     /// `0..n` for the cells of a pass, in tiles for `load_tile`.
@@ -55,47 +57,12 @@ pub struct AttentionKernel {
     /// Rotations of one call (`run`, `page_bounds`, `extra_rows`), shared across its layers.
     pub(super) rotations: RotationMemo,
     /// Pruned passes (`ScoreCtx::prune_evict`): see [`Pruning`].
-    pruning: Pruning,
+    pub(super) pruning: Pruning,
     /// Page bounds: per kv head, `[q; |q|]` of the group's queries transposed for
     /// `max_dot_lanes` (`[kv head][2 * dim][query, padded to QUERY_LANES]`).
     bound_queries: Vec<f32>,
     /// Scoring on the host's backend (`LayerDesc::k_backend`): see [`BackendScores`].
-    backend: BackendScores,
-}
-
-/// One `Host::score_keys` call per pass for every layer scored on the host's backend: the
-/// prepared queries of those layers end to end, and the rows that come back.
-#[derive(Default)]
-struct BackendScores {
-    layers: Vec<i32>,
-    n_query: Vec<i32>,
-    queries: Vec<f32>,
-    out: Vec<f32>,
-    /// Per scored layer: where its `[n_head_kv][cells]` rows start in `out` (`None`: not
-    /// scored there).
-    at: Vec<Option<usize>>,
-}
-
-/// Layers every cell is scored on before a pruned pass stops scoring cells that cannot be
-/// evicted; the rest only for the cells that still could be.
-const PRUNE_FIRST_LAYERS: usize = 8;
-
-/// State and buffers of pruned passes.
-#[derive(Default)]
-struct Pruning {
-    /// Layers, those where most cells took their largest score in the last pass first.
-    order: Vec<usize>,
-    wins: Vec<usize>,
-    /// First row of each layer in the pass's rows (`None`: the layer has no queries), and the
-    /// layer of each row.
-    first_row: Vec<Option<usize>>,
-    row_layer: Vec<usize>,
-    /// Each cell's largest score so far.
-    partial: Vec<f32>,
-    /// Cells (columns) by partial score, the columns one step scores, and which are the lowest.
-    by_score: Vec<u32>,
-    cols: Vec<u32>,
-    lowest: Vec<bool>,
+    pub(super) backend: BackendScores,
 }
 
 impl AttentionKernel {
@@ -356,198 +323,6 @@ impl AttentionKernel {
             }
         }
         Ok(())
-    }
-
-    /// Every `k_backend` layer's rows of the pass's cells in one `Host::score_keys` call, into
-    /// `backend.out` (`backend.at` says where each layer's rows start).
-    fn score_on_backend(
-        &mut self,
-        ctx: &ScoreCtx,
-        host: &mut dyn Host,
-        source: QuerySource,
-    ) -> Result<(), ScoreError> {
-        let n = ctx.cells.len();
-        let mut b = std::mem::take(&mut self.backend);
-        b.layers.clear();
-        b.n_query.clear();
-        b.queries.clear();
-        b.at.clear();
-        let mut rows_len = 0;
-        for (layer, lq) in ctx.layers.iter().zip(&ctx.queries.layers) {
-            let per_group = if layer.k_backend {
-                self.prepare_queries(layer, lq, ctx.m_pos, source)
-            } else {
-                0
-            };
-            if per_group == 0 {
-                b.at.push(None);
-                continue;
-            }
-            b.at.push(Some(rows_len));
-            rows_len += layer.n_head_kv * n;
-            b.layers.push(layer.host_index);
-            b.n_query.push(per_group as i32);
-            b.queries.extend_from_slice(&self.queries);
-        }
-        b.out.resize(rows_len, 0.0);
-        let rc = if b.layers.is_empty() || n == 0 {
-            0
-        } else {
-            host.score_keys(
-                ctx.stream, ctx.cells, &b.layers, &b.n_query, &b.queries, ctx.prob, &mut b.out,
-            )
-        };
-        let ok = rc >= 0;
-        let layers = b.layers.len();
-        self.backend = b;
-        if ok {
-            Ok(())
-        } else {
-            Err(ScoreError(format!(
-                "score_keys({layers} layers, {n} cells) failed with {rc}"
-            )))
-        }
-    }
-
-    /// A pass that only has to find the `evict` lowest cells (largest score over the rows):
-    /// every cell is scored on [`PRUNE_FIRST_LAYERS`] layers (those that held the most maxima
-    /// last time), then the `evict` cells lowest so far on the other layers; their largest final
-    /// score `u` bounds the eviction threshold from above (at least `evict` cells score at most
-    /// `u`), so a cell whose partial score already exceeds `u` is kept whatever its other
-    /// layers say and is not scored further. Only the cells at or below `u` are. The evicted set
-    /// is the full pass's; kept cells' rows may hold lower bounds (`-inf` where unscored).
-    fn run_pruned(
-        &mut self,
-        ctx: &ScoreCtx,
-        rows: &mut ScoreRows,
-        source: QuerySource,
-        evict: usize,
-    ) {
-        let n = ctx.cells.len();
-        let n_layers = ctx.layers.len();
-        let mut pr = std::mem::take(&mut self.pruning);
-        pr.first_row.clear();
-        pr.row_layer.clear();
-        for (li, (layer, lq)) in ctx.layers.iter().zip(&ctx.queries.layers).enumerate() {
-            if queries_per_head(lq, ctx.m_pos, source) > 0 {
-                pr.first_row.push(Some(pr.row_layer.len()));
-                pr.row_layer
-                    .extend(std::iter::repeat_n(li, layer.n_head_kv));
-            } else {
-                pr.first_row.push(None);
-            }
-        }
-        let out = rows.add_rows(pr.row_layer.len());
-        out.fill(f32::NEG_INFINITY);
-        if pr.order.len() != n_layers {
-            pr.order.clear();
-            pr.order.extend(0..n_layers);
-        }
-        let first = PRUNE_FIRST_LAYERS.min(n_layers);
-        let (head, tail) = pr.order.split_at(first);
-        // 1. every cell on the first layers
-        pr.cols.clear();
-        pr.cols.extend(0..n as u32);
-        for &li in head {
-            self.score_layer_columns(ctx, li, source, &pr.cols, pr.first_row[li], out);
-        }
-        if !tail.is_empty() && n > 0 {
-            pr.partial.clear();
-            pr.partial.resize(n, f32::NEG_INFINITY);
-            fold_column_max(out, &mut pr.partial);
-            // 2. the `evict` lowest so far, on the other layers: their finals bound the threshold
-            let evict = evict.min(n);
-            pr.by_score.clear();
-            pr.by_score.extend(0..n as u32);
-            let partial = &pr.partial;
-            let by = |a: &u32, b: &u32| partial[*a as usize].total_cmp(&partial[*b as usize]);
-            if evict > 0 && evict < n {
-                pr.by_score.select_nth_unstable_by(evict - 1, by);
-            }
-            pr.cols.clear();
-            pr.cols.extend_from_slice(&pr.by_score[..evict]);
-            pr.cols.sort_unstable();
-            for &li in tail {
-                self.score_layer_columns(ctx, li, source, &pr.cols, pr.first_row[li], out);
-            }
-            let mut u = f32::NEG_INFINITY;
-            for &c in &pr.cols {
-                let c = c as usize;
-                u = u.max(
-                    (0..pr.row_layer.len()).fold(f32::NEG_INFINITY, |m, r| m.max(out[r * n + c])),
-                );
-            }
-            // 3. the other cells that could still fall to the threshold
-            pr.lowest.clear();
-            pr.lowest.resize(n, false);
-            pr.cols.iter().for_each(|&c| pr.lowest[c as usize] = true);
-            pr.cols.clear();
-            pr.cols.extend((0..n as u32).filter(|&c| {
-                !pr.lowest[c as usize]
-                    // at or below u (or NaN): could still be evicted
-                    && pr.partial[c as usize].partial_cmp(&u) != Some(std::cmp::Ordering::Greater)
-            }));
-            for &li in tail {
-                self.score_layer_columns(ctx, li, source, &pr.cols, pr.first_row[li], out);
-            }
-        }
-        // next pass: the layers where most cells take their largest score first
-        pr.wins.clear();
-        pr.wins.resize(n_layers, 0);
-        for c in 0..n {
-            let mut best = (0, f32::NEG_INFINITY);
-            for (r, &li) in pr.row_layer.iter().enumerate() {
-                if out[r * n + c] > best.1 {
-                    best = (li, out[r * n + c]);
-                }
-            }
-            pr.wins[best.0] += 1;
-        }
-        let wins = &pr.wins;
-        pr.order.sort_by_key(|&li| std::cmp::Reverse(wins[li]));
-        self.pruning = pr;
-    }
-
-    /// Logit scores of layer `li` (whose rows start at row `first_row`) for the listed columns
-    /// of `ctx.cells`: `out[(first_row + g) * n + col]`, K read through the tensor pointer.
-    fn score_layer_columns(
-        &mut self,
-        ctx: &ScoreCtx,
-        li: usize,
-        source: QuerySource,
-        cols: &[u32],
-        first_row: Option<usize>,
-        out: &mut [f32],
-    ) {
-        let Some(first_row) = first_row else { return };
-        if cols.is_empty() {
-            return;
-        }
-        let (layer, lq) = (&ctx.layers[li], &ctx.queries.layers[li]);
-        let per_group = self.prepare_queries(layer, lq, ctx.m_pos, source);
-        let (d, n_kv) = (layer.head_dim, layer.n_head_kv);
-        let n = ctx.cells.len();
-        let group_len = per_group * d;
-        let mut best = [0.0f32; TILE];
-        for tile in cols.chunks(TILE) {
-            load_tile(
-                ctx,
-                layer,
-                tile,
-                &[],
-                &mut self.k_tile_rows,
-                &mut self.k_tile,
-            );
-            for g in 0..n_kv {
-                let kt = &self.k_tile[g * d * TILE..(g + 1) * d * TILE];
-                let group = &self.queries[g * group_len..(g + 1) * group_len];
-                max_dot_tile(group, kt, &mut best);
-                let row = &mut out[(first_row + g) * n..(first_row + g + 1) * n];
-                for (&col, &b) in tile.iter().zip(&best) {
-                    row[col as usize] = b;
-                }
-            }
-        }
     }
 }
 

@@ -16,7 +16,9 @@
 //! the pass only needs to know which cells are lowest, `run_pruned` stops scoring cells that can
 //! no longer be among them.
 
+mod backend;
 mod kernel;
+mod pruned;
 mod rkv;
 mod sources;
 
