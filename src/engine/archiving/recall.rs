@@ -18,8 +18,9 @@ use std::time::Instant;
 
 use super::rows::{load_candidates, rank_pages};
 use super::ArchScratch;
-use crate::archive::{Layout, RecallProbe, SeqArchive};
+use crate::archive::{Layout, RecallProbe, SeqArchive, SeqRecall};
 use crate::engine::fallback::Scoring;
+use crate::engine::reuse::PromptMarks;
 use crate::engine::seq::Phase;
 use crate::engine::{Engine, EngineError};
 use crate::host::Host;
@@ -158,39 +159,15 @@ impl Engine {
             return Ok(0);
         }
         // 2. the weakest kept cells of the last pass make room (still held, not recalled since)
-        let won = |id: i32| score_of(&sc.winners, id);
-        scratch.evict_cells.clear();
-        sc.ev_pos.clear();
-        sc.ev_scores.clear();
-        let held = &state.recall.held;
-        let mut examined = 0;
-        for &(score, p) in &state.recall.victims {
-            let want = sc.recall.get(sc.ev_pos.len());
-            if want.is_none_or(|w| score + margin >= won(w.0)) {
-                break;
-            }
-            examined += 1;
-            if held.binary_search(&p).is_ok() {
-                continue;
-            }
-            if let Ok(i) = pos.binary_search(&p) {
-                // a position listed twice (two cells there after a host's seq_cp) makes room once
-                if scratch.evict_cells.contains(&cells[i]) {
-                    continue;
-                }
-                scratch.evict_cells.push(cells[i]);
-                state.marks.evicted([p]);
-                sc.ev_pos.push(p);
-                sc.ev_scores.push(score);
-            }
-        }
-        // the victims examined leave the list (made room, or already gone), held ones stay
-        let mut vi = 0;
-        state.recall.victims.retain(|v| {
-            vi += 1;
-            vi > examined || held.binary_search(&v.1).is_ok()
-        });
-        sc.recall.truncate(sc.ev_pos.len());
+        let (pos, cells) = (&scratch.pos[..n], &scratch.cells[..n]);
+        make_room(
+            &mut state.recall,
+            &mut state.marks,
+            (pos, cells),
+            margin,
+            &mut scratch.evict_cells,
+            sc,
+        );
         if sc.recall.is_empty() {
             return Ok(0);
         }
@@ -205,23 +182,72 @@ impl Engine {
         let k = self.recall_selected(host, seq, stream)?;
         self.enforce_archive_cap(seq);
         // the recalled cells are kept cells now (held through the next pass)
-        let state = self.seqs.get_mut(&seq).expect("checked above");
         if k > 0 {
-            let sc = &self.scratch.arch;
-            let recalled = sc
-                .recall
-                .iter()
-                .map(|&(id, p)| (score_of(&sc.winners, id), p));
-            state.recall.held.extend(recalled.clone().map(|r| r.1));
-            state.recall.held.sort_unstable();
-            state.recall.victims.extend(recalled);
-            state
-                .recall
-                .victims
-                .sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
+            let state = self.seqs.get_mut(&seq).expect("checked above");
+            hold_recalled(&mut state.recall, &self.scratch.arch);
         }
         Ok(k)
     }
+}
+
+/// The weakest kept cells of the last pass (`recall.victims`, weakest first) that the recall
+/// candidates `sc.recall` beat by `margin` make room for them: their cells go to `evict`, their
+/// positions and scores to `sc.ev_pos` / `sc.ev_scores`, and `sc.recall` is cut to as many
+/// candidates as made room. Victims still held (recalled since) stay; the examined others leave.
+fn make_room(
+    recall: &mut SeqRecall,
+    marks: &mut PromptMarks,
+    (pos, cells): (&[i32], &[u32]),
+    margin: f32,
+    evict: &mut Vec<u32>,
+    sc: &mut ArchScratch,
+) {
+    let won = |winners: &[(i32, f32)], id: i32| score_of(winners, id);
+    evict.clear();
+    sc.ev_pos.clear();
+    sc.ev_scores.clear();
+    let held = &recall.held;
+    let mut examined = 0;
+    for &(score, p) in &recall.victims {
+        let want = sc.recall.get(sc.ev_pos.len());
+        if want.is_none_or(|w| score + margin >= won(&sc.winners, w.0)) {
+            break;
+        }
+        examined += 1;
+        if held.binary_search(&p).is_ok() {
+            continue;
+        }
+        if let Ok(i) = pos.binary_search(&p) {
+            // a position listed twice (two cells there after a host's seq_cp) makes room once
+            if evict.contains(&cells[i]) {
+                continue;
+            }
+            evict.push(cells[i]);
+            marks.evicted([p]);
+            sc.ev_pos.push(p);
+            sc.ev_scores.push(score);
+        }
+    }
+    // the victims examined leave the list (made room, or already gone), held ones stay
+    let mut vi = 0;
+    recall.victims.retain(|v| {
+        vi += 1;
+        vi > examined || held.binary_search(&v.1).is_ok()
+    });
+    sc.recall.truncate(sc.ev_pos.len());
+}
+
+/// The recalled candidates of `sc.recall` are kept cells from now on: held through the next
+/// pass, and victims (by the score that won them) of the next recall.
+fn hold_recalled(recall: &mut SeqRecall, sc: &ArchScratch) {
+    let recalled = sc
+        .recall
+        .iter()
+        .map(|&(id, p)| (score_of(&sc.winners, id), p));
+    recall.held.extend(recalled.clone().map(|r| r.1));
+    recall.held.sort_unstable();
+    recall.victims.extend(recalled);
+    recall.victims.sort_unstable_by(|x, y| x.0.total_cmp(&y.0));
 }
 
 /// The kept cell outside the window that the newest queries attend most: (position, logit).
