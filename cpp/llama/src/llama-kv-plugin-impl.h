@@ -1,6 +1,8 @@
 #pragma once
 
-// internal side of the KV plugin host (see include/llama-kv-plugin.h)
+// internal side of the KV plugin host (see include/llama-kv-plugin.h), defined in llama-kv-plugin.cpp (registry,
+// attach, host table), llama-kv-plugin-capture.cpp (query capture), llama-kv-plugin-hooks.cpp (decode hooks,
+// sequence state), llama-kv-plugin-cells.cpp (cells and rows) and llama-kv-plugin-score.cpp (scoring)
 
 #include "llama-kv-plugin.h"
 #include "llama-cparams.h"
@@ -21,6 +23,22 @@ struct llama_ubatch;
 struct llm_graph_context;
 struct llama_memory_i;
 class  llama_kv_cache;
+
+// the cache internals the plugin edits (a friend of llama_kv_cache)
+struct llama_kv_plugin_access {
+    // another cache owns the cells (shared with a second context): the plugin must not edit them
+    static bool has_shared_cells(const llama_kv_cache & kv);
+
+    static ggml_tensor * v_storage(const llama_kv_cache & kv, int32_t il);
+
+    static bool v_trans(const llama_kv_cache & kv);
+
+    // remove seq_id from the given cells of its stream, O(n); returns the number of cells affected
+    static int32_t seq_rm_cells(llama_kv_cache & kv, llama_seq_id seq_id, const uint32_t * idxs, int32_t n);
+
+    // give n empty cells of seq_id's stream the positions pos[] for seq_id (all or nothing); returns n or -1
+    static int32_t seq_place_cells(llama_kv_cache & kv, llama_seq_id seq_id, const llama_pos * pos, int32_t n, uint32_t * idxs);
+};
 
 struct llama_kv_plugin_state {
     struct layer {
