@@ -15,6 +15,7 @@ exit status is 1 when a page's block differs from what its files give (tests/res
 
 import argparse
 import csv
+import json
 import math
 import re
 import sys
@@ -146,15 +147,60 @@ def humaneval_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def humaneval_pairs(name: str) -> str:
-    """Every paired comparison of a humaneval folder that does not involve the full cache."""
-    rows = [r for r in read_csv(RESULTS / name / "mcnemar.csv") if r["split"] == "tune" and r["first"] != "none@0"]
-    out = ["| first | second | budget | only the first passes | only the second passes | exact McNemar |",
-           "| --- | --- | ---: | ---: | ---: | --- |"]
-    for r in rows:
-        out.append(f"| {policy_label(r['first'])} | {policy_label(r['second'])} | {r['budget']} | {r['lost']} | "
-                   f"{r['won']} | {p_value(float(r['p']))} |")
+def mcnemar_exact(b: int, c: int) -> float:
+    """Two-sided exact McNemar test: binomial(b + c, 1/2) on the discordant pairs."""
+    n, k = b + c, min(b, c)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def humaneval_passed(name: str) -> dict:
+    """{(policy, budget): {task: passed}} over the tuning problems of a humaneval folder."""
+    out = {}
+    with open(RESULTS / name / "results.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("split") != "tune":
+                continue
+            cell = out.setdefault((r["policy"], int(r["budget"])), {})
+            cell.update(zip(r["tasks"], r["passed"]))
+    return out
+
+
+def humaneval_pairs(name: str, pairs: list) -> str:
+    """Paired comparisons of a humaneval folder, each ((policy, budget), (policy, budget)): the
+    functions only one of the two passes, and the exact McNemar test."""
+    passed = humaneval_passed(name)
+    out = ["| first | second | budget | functions | only the first passes | only the second passes | exact McNemar |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for first, second in pairs:
+        a, b = passed.get(first), passed.get(second)
+        if a is None or b is None:
+            continue  # a cell not measured yet
+        both = sorted(set(a) & set(b))
+        lost = sum(1 for t in both if a[t] and not b[t])
+        won = sum(1 for t in both if b[t] and not a[t])
+        out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
+                   f"{won} | {p_value(mcnemar_exact(lost, won))} |")
     return "\n".join(out) + "\n"
+
+
+# the request kept whole (up to 1,024 cells) in every compressed cell of humaneval-budgets
+KEEP = "prompt=keep/prompt_max=1024"
+
+
+def budgets_pairs() -> str:
+    """The default against each baseline, and the method's ablation (beacons against the recent
+    queries alone, with each scorer), at every budget measured."""
+    pairs = []
+    for budget in (200, 400, 700):
+        d = (f"beacon/score=prob/{KEEP}", budget)
+        for other in ("streaming", "rkv", "recent/score=prob", "beacon/score=logit"):
+            pairs.append((d, (f"{other}/{KEEP}", budget)))
+        pairs.append(((f"beacon/score=logit/{KEEP}", budget), (f"recent/score=logit/{KEEP}", budget)))
+    return humaneval_pairs("humaneval-budgets", pairs)
 
 
 RENDERERS = {
@@ -163,7 +209,7 @@ RENDERERS = {
     "trace-qwen2.5-coder-1.5b": lambda: trace_table("trace-qwen2.5-coder-1.5b", "score=logit"),
     "humaneval-prompt-policy": lambda: humaneval_table("humaneval-prompt-policy"),
     "humaneval-budgets": lambda: humaneval_table("humaneval-budgets"),
-    "humaneval-budgets-pairs": lambda: humaneval_pairs("humaneval-budgets"),
+    "humaneval-budgets-pairs": budgets_pairs,
 }
 
 
