@@ -1,4 +1,4 @@
-//! Argument and output-folder plumbing shared by `beaconkv-bench` and `beaconkv-bench tasks`.
+//! Argument and output-folder plumbing shared by the benches.
 
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,6 +17,28 @@ pub fn pick<T>(given: Option<T>, quick: bool, q: T, full: T) -> T {
 /// `--policies` as given, else `defaults`.
 pub fn policies_or(given: Option<Vec<String>>, defaults: &[&str]) -> Vec<String> {
     given.unwrap_or_else(|| defaults.iter().map(|s| s.to_string()).collect())
+}
+
+/// `--policies` as given, where "none" alone means no policy (the full cache only), else
+/// `defaults`; an empty list is an error.
+pub fn policies_or_none(
+    given: Option<Vec<String>>,
+    defaults: &[&str],
+) -> Result<Vec<String>, String> {
+    match given {
+        Some(p) if p == ["none"] => Ok(Vec::new()),
+        Some(p) if p.is_empty() => Err("--policies needs at least one policy".into()),
+        Some(p) => Ok(p),
+        None => Ok(policies_or(None, defaults)),
+    }
+}
+
+/// Each named count must be at least 1; the error names the first that is not.
+pub fn check_at_least_one(counts: &[(&str, u32)]) -> Result<(), String> {
+    match counts.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(format!("{name} must be at least 1")),
+        None => Ok(()),
+    }
 }
 
 /// A policy entry: a name (letters, digits, `_`, `-`, optionally `+archive[_TYPE]`), then
@@ -77,6 +99,23 @@ pub fn config_of(policy: &str, budget: u32, extra: &str) -> String {
     }
 }
 
+/// The model's file name ("" for a path without one), as fingerprints name it.
+pub fn model_file_name(model: &Path) -> String {
+    model
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The model's file name without its extension ("model" for a path without one), as output
+/// folders name it.
+pub fn model_stem(model: &Path) -> String {
+    model
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into())
+}
+
 /// Seconds since the Unix epoch (0 on a clock set before it): the run's start, which also names
 /// its default output folder.
 pub fn unix_now() -> u64 {
@@ -96,10 +135,7 @@ pub fn out_dir(
     unix: u64,
 ) -> Result<PathBuf, String> {
     let out = given.unwrap_or_else(|| {
-        let stem = model
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into());
+        let stem = model_stem(model);
         root.join("results").join(format!("{prefix}{stem}-{unix}"))
     });
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;

@@ -3,10 +3,14 @@
 //! writes results.json, results.csv, summary.md and PNG plots into the output folder.
 
 mod args;
+mod grid;
 mod humaneval;
+mod jsonl;
 mod plot;
 mod reason;
+mod reason_mode;
 mod results;
+mod resumable;
 mod run;
 mod taskbench;
 mod tasks;

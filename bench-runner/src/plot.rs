@@ -48,6 +48,67 @@ pub struct Series {
     pub errors: Vec<(f64, f64)>,
 }
 
+impl Series {
+    /// A dashed line at `y` over `span` (the full cache's value across the budgets).
+    pub fn level(label: String, (lo, hi): (f64, f64), y: f64) -> Series {
+        Series {
+            label,
+            points: vec![(lo, y), (hi, y)],
+            dashed: true,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The dashed line of `ratio` × budget: a cell's mean length under it is too short for its
+    /// budget to be tested.
+    pub fn budget_ratio(budgets: &[u32], ratio: f64) -> Series {
+        Series {
+            label: format!("{ratio} x budget"),
+            points: budgets
+                .iter()
+                .map(|&b| (b as f64, ratio * b as f64))
+                .collect(),
+            dashed: true,
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// A solid line per policy over the budgets, with a point at each budget where `value` has one.
+pub fn policy_lines(
+    policies: &[String],
+    budgets: &[u32],
+    value: impl Fn(&str, u32) -> Option<f64>,
+) -> Vec<Series> {
+    policies
+        .iter()
+        .map(|p| Series {
+            label: p.clone(),
+            points: budgets
+                .iter()
+                .filter_map(|&b| value(p, b).map(|y| (b as f64, y)))
+                .collect(),
+            dashed: false,
+            errors: Vec::new(),
+        })
+        .collect()
+}
+
+/// The smallest and largest budget (1 when there are none): where a level line starts and ends.
+pub fn budget_span(budgets: &[u32]) -> (f64, f64) {
+    (
+        *budgets.iter().min().unwrap_or(&1) as f64,
+        *budgets.iter().max().unwrap_or(&1) as f64,
+    )
+}
+
+/// The factor that moves the points of policy `i` of `n` off their budget on a log2 axis, so
+/// that the policies' points and intervals stand side by side instead of hiding one another.
+pub fn side_by_side(i: usize, n: usize) -> f64 {
+    let n = n.max(1) as f64;
+    2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03)
+}
+
 pub struct Chart<'a> {
     pub path: &'a Path,
     pub title: &'a str,
@@ -302,12 +363,8 @@ pub fn plot_all(runs: &[ModeRun], dir: &Path) -> Result<Vec<PathBuf>, String> {
                     (a.min(x), b.max(x))
                 });
             if ppl_ref.is_finite() && lo.is_finite() {
-                series.push(Series {
-                    label: format!("full cache ({ppl_ref:.2})"),
-                    points: vec![(lo, *ppl_ref), (hi, *ppl_ref)],
-                    dashed: true,
-                    errors: Vec::new(),
-                });
+                let label = format!("full cache ({ppl_ref:.2})");
+                series.push(Series::level(label, (lo, hi), *ppl_ref));
             }
             let path = dir.join("revisit_ppl_vs_budget.png");
             draw_chart(&Chart {

@@ -1,6 +1,6 @@
 //! Runs `beaconkv-eval` once: its stderr lines `progress i/n` drive a progress bar, every other
 //! line (and its stdout) goes to a log file; a failure reports the tail of that log. Also the
-//! options both benchmarks share for running it ([`EvalArgs`]).
+//! options both benchmarks share for running it ([`EvalArgs`]), and which policies it accepts.
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -271,41 +271,42 @@ fn follow_stderr(stderr: impl std::io::Read, mut log: File, bar: &ProgressBar) {
     }
 }
 
-/// `beaconkv-eval --mode reason`'s arguments for one tasks file and one config, with
-/// `(n_tokens, chunk, parallel)`: the reason and HumanEval benches both drive that mode.
-pub fn reason_mode_args(
+/// The policy entries this `beaconkv-eval` accepts (asked with `--mode configs` at `budget`, logged
+/// to `log`). An entry of a default list it rejects (a policy of a newer library) is left out
+/// with a warning; one given with --policies is an error.
+pub fn known_policies(
     run: &EvalOptions,
-    (n_tokens, chunk, parallel): (u32, u32, u32),
-    model: &Path,
-    config: &str,
-    input: &Path,
-    out: &Path,
-) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "--mode",
-        "reason",
-        "--configs",
-        config,
-        "--tasks",
-        &input.display().to_string(),
-        "--out",
-        &out.display().to_string(),
-        "--n-tokens",
-        &n_tokens.to_string(),
-        "--chunk",
-        &chunk.to_string(),
-        "-np",
-        &parallel.to_string(),
-        "-m",
-        &model.display().to_string(),
-        "-t",
-        &run.threads.to_string(),
-    ]
-    .iter()
-    .map(|x| x.to_string())
-    .collect();
-    a.extend(run.llama_args.iter().cloned());
-    a
+    policies: &[String],
+    budget: u32,
+    defaults: bool,
+    log: &Path,
+) -> Result<Vec<String>, String> {
+    let mut kept = Vec::new();
+    for p in policies {
+        let job = EvalJob {
+            eval: run.eval.clone(),
+            args: vec![
+                "--mode".into(),
+                "configs".into(),
+                "--configs".into(),
+                crate::args::config_of(p, budget, &run.extra),
+            ],
+            label: format!("check {p}"),
+            log: log.to_path_buf(),
+        };
+        match run_eval(&job) {
+            Ok(_) => kept.push(p.clone()),
+            Err(_) if defaults => eprintln!(
+                "warning: leaving out the default policy '{p}': this beaconkv-eval rejects it ({})",
+                tail_lines(&job.log, 1)
+            ),
+            Err(e) => return Err(format!("--policies: '{p}' is not accepted: {e}")),
+        }
+    }
+    if kept.is_empty() && !policies.is_empty() {
+        return Err("no policy left to measure".into());
+    }
+    Ok(kept)
 }
 
 #[cfg(test)]

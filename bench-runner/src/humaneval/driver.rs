@@ -7,47 +7,38 @@ use super::extract::{extract, extract_nth};
 use super::report;
 use super::sandbox::{children_cpu_seconds, Sandbox, Verdict};
 use super::{cells, resolve, HumanEvalCli, HumanEvalSettings};
-use crate::args::{config_of, out_dir, unix_now, write_file};
-use crate::run::{run_eval, run_eval_lines, EvalJob};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
+use crate::args::{config_of, model_file_name, write_file};
+pub use crate::jsonl::{append_line, load_lines};
+use crate::jsonl::{replace_lines, to_lines};
+use crate::reason_mode::{Batch, Nouns};
+pub use crate::resumable::check_cells;
+use crate::resumable::{
+    out_folder, plan_rounds, refuse_other_settings, remove_files, CacheUse, Pending, Progress,
+    ResultRow, ResumeFile, RESULTS_FILE,
+};
+use crate::run::known_policies;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-/// The resume file in the output folder.
-pub const RESULTS_FILE: &str = "results.jsonl";
 /// One line per invocation of the tool: its cell, bundles, CPU and wall time.
 pub const RUNS_FILE: &str = "runs.jsonl";
 /// The version of the extraction and the check; rows of another are checked again and
 /// rewritten with the new verdicts.
 pub const CHECKER: &str = "2";
 
-/// One turn of a conversation line of `beaconkv-eval --mode reason`.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct EvalTurn {
-    pub n_prompt: u64,
-    pub n_gen: u64,
-    pub stopped: bool,
-    pub output: String,
-}
+/// What messages call a bundle and the tool's line for it.
+const NOUNS: Nouns = Nouns {
+    item: "bundle",
+    line: "answer",
+};
 
-/// One conversation line of `beaconkv-eval --mode reason` (stdout): here one bundle, one turn.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-pub struct EvalAnswer {
-    pub id: String,
-    pub config: String,
-    pub turns: Vec<EvalTurn>,
-    pub n_prompt: u64,
-    pub n_gen: u64,
-    pub cells_peak: i64,
-    pub prefix_len: i64,
-    pub evicted: u64,
-    pub compress_events: u64,
-    pub recalled: u64,
-    pub seconds: f64,
-}
+/// One conversation line of `beaconkv-eval --mode reason`: here one bundle, one turn.
+pub type EvalAnswer = crate::reason_mode::EvalConversation;
+#[cfg(test)]
+pub use crate::reason_mode::EvalTurn;
 
 /// One checked bundle in one cell: a line of `results.jsonl`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -91,6 +82,25 @@ impl Row {
     }
 }
 
+impl ResultRow for Row {
+    fn settings(&self) -> &str {
+        &self.settings
+    }
+    fn key(&self) -> (&str, &str, u32) {
+        (&self.bundle, &self.policy, self.budget)
+    }
+    fn config(&self) -> &str {
+        &self.config
+    }
+    fn cache_use(&self) -> CacheUse {
+        CacheUse {
+            tokens: self.n_prompt + self.n_gen,
+            cells_peak: self.cells_peak,
+            evicted: self.evicted,
+        }
+    }
+}
+
 /// One invocation of the tool: a line of `runs.jsonl`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct RunLine {
@@ -112,10 +122,7 @@ pub struct RunLine {
 /// the generation cap, prompt chunking, the bundles decoded together (they change the
 /// rounding), extra keys and flags.
 pub fn fingerprint(s: &HumanEvalSettings, model: &Path) -> String {
-    let name = model
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let name = model_file_name(model);
     format!(
         "model={name} bundle_size={} n_tokens={} chunk={} parallel={} extra={} llama={}",
         s.bundle_size,
@@ -127,52 +134,6 @@ pub fn fingerprint(s: &HumanEvalSettings, model: &Path) -> String {
     )
 }
 
-/// The lines of a JSONL file (none when it does not exist). A last line cut short (a run killed
-/// while writing it) is dropped and the file truncated after the last whole line; any other bad
-/// line is an error.
-pub fn load_lines<T: DeserializeOwned>(path: &Path) -> Result<Vec<T>, String> {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-    };
-    let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    if whole < bytes.len() {
-        eprintln!(
-            "{}: dropping a last line cut short ({} bytes)",
-            path.display(),
-            bytes.len() - whole
-        );
-        std::fs::write(path, &bytes[..whole])
-            .map_err(|e| format!("cannot rewrite {}: {e}", path.display()))?;
-    }
-    let text = String::from_utf8_lossy(&bytes[..whole]);
-    let mut rows = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        rows.push(
-            serde_json::from_str(line)
-                .map_err(|e| format!("{} line {}: {e}", path.display(), i + 1))?,
-        );
-    }
-    Ok(rows)
-}
-
-/// Appends one line and flushes it to the disk.
-pub fn append_line<T: Serialize>(path: &Path, row: &T) -> Result<(), String> {
-    let line = serde_json::to_string(row).map_err(|e| format!("cannot encode a row: {e}"))?;
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    writeln!(f, "{line}")
-        .and_then(|_| f.sync_data())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
 /// One invocation of the tool: a cell and the bundles (indices into the run's bundles) it lacks.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Job {
@@ -180,10 +141,18 @@ pub struct Job {
     pub bundles: Vec<usize>,
 }
 
-/// The jobs still to run. Bundles go in rounds of `round`: every cell gets a round's missing
-/// bundles before the next round starts, so that a run cut short leaves every cell with about
-/// the same count. Rows of other settings, or of a bundle now worded differently (`known`: the
-/// digest of every bundle id of this bundle size), are an error.
+impl From<Pending> for Job {
+    fn from(p: Pending) -> Job {
+        Job {
+            cell: p.cell,
+            bundles: p.items,
+        }
+    }
+}
+
+/// The jobs still to run, in rounds of `round` ([`plan_rounds`]). Rows of other settings, or of
+/// a bundle now worded differently (`known`: the digest of every bundle id of this bundle size),
+/// are an error.
 pub fn plan(
     bundles: &[Bundle],
     known: &BTreeMap<String, String>,
@@ -192,12 +161,7 @@ pub fn plan(
     settings: &str,
     round: usize,
 ) -> Result<Vec<Job>, String> {
-    if let Some(r) = rows.iter().find(|r| r.settings != settings) {
-        return Err(format!(
-            "the output folder holds answers of other settings ({}; now {settings}): pass another --out",
-            r.settings
-        ));
-    }
+    refuse_other_settings(rows, settings)?;
     if let Some(r) = rows
         .iter()
         .find(|r| known.get(&r.bundle) != Some(&r.digest))
@@ -208,27 +172,8 @@ pub fn plan(
             r.bundle
         ));
     }
-    let done: BTreeSet<(&str, &str, u32)> = rows
-        .iter()
-        .map(|r| (r.bundle.as_str(), r.policy.as_str(), r.budget))
-        .collect();
-    let mut jobs = Vec::new();
-    let round = round.max(1);
-    for start in (0..bundles.len()).step_by(round) {
-        let end = (start + round).min(bundles.len());
-        for (ci, (policy, budget)) in cells.iter().enumerate() {
-            let missing: Vec<usize> = (start..end)
-                .filter(|&i| !done.contains(&(bundles[i].id.as_str(), policy.as_str(), *budget)))
-                .collect();
-            if !missing.is_empty() {
-                jobs.push(Job {
-                    cell: ci,
-                    bundles: missing,
-                });
-            }
-        }
-    }
-    Ok(jobs)
+    let ids: Vec<&str> = bundles.iter().map(|b| b.id.as_str()).collect();
+    Ok(plan_rounds(&ids, cells, rows, round))
 }
 
 /// The tool's arguments for one cell.
@@ -240,7 +185,7 @@ pub fn eval_args(
     out: &Path,
 ) -> Vec<String> {
     let sizes = (s.n_tokens, s.chunk, s.parallel);
-    crate::run::reason_mode_args(&s.run, sizes, model, config, input, out)
+    crate::reason_mode::args(&s.run, sizes, model, config, input, out)
 }
 
 /// Every function of a bundle taken out of `output` and checked.
@@ -280,12 +225,7 @@ pub fn make_row(
     verdicts: &[Verdict],
 ) -> Result<Row, String> {
     let config = config_of(policy, *budget, &s.run.extra);
-    if e.id != bundle.id || e.config != config {
-        return Err(format!(
-            "beaconkv-eval answered {} {}, expected {} {config}",
-            e.id, e.config, bundle.id
-        ));
-    }
+    e.expect(&bundle.id, &config)?;
     let [t] = e.turns.as_slice() else {
         return Err(format!(
             "{} {config}: {} turns answered, expected 1",
@@ -330,105 +270,50 @@ struct Ctx<'a> {
     model: &'a Path,
     settings: &'a str,
     work: &'a Path,
-    results: &'a Path,
+    /// The results file, with the items and cells its rows answer.
+    file: ResumeFile<'a>,
     runs: &'a Path,
     problems: &'a [Problem],
     bundles: &'a [Bundle],
-    cells: &'a [(String, u32)],
     sandbox: &'a Sandbox,
 }
 
 /// Runs every job, appending each bundle's row as soon as the tool prints its answer and the
-/// functions are checked; returns the bundles run.
+/// functions are checked, and a line per job to `runs.jsonl`; returns the bundles run.
 fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
-    let started = Instant::now();
-    let total: usize = jobs.iter().map(|j| j.bundles.len()).sum();
-    let mut done = 0usize;
-    let mut tokens = 0u64;
+    let mut progress = Progress::new(jobs.iter().map(|j| j.bundles.len()).sum());
     for job in jobs {
-        let cell = &c.cells[job.cell];
-        let config = config_of(&cell.0, cell.1, &c.s.run.extra);
-        let input = c.work.join("bundles.jsonl");
-        let mut text = String::new();
-        for &i in &job.bundles {
-            text.push_str(&c.bundles[i].to_jsonl());
-            text.push('\n');
-        }
-        write_file(&input, &text)?;
-        let json = c.work.join("eval.json");
-        let _ = std::fs::remove_file(&json);
-        let eval_job = EvalJob {
-            eval: c.s.run.eval.clone(),
-            args: eval_args(c.s, c.model, &config, &input, &json),
-            label: config.clone(),
-            log: c.work.join("eval.log"),
-        };
-        let mut answered: BTreeSet<usize> = BTreeSet::new();
+        let cell = &c.file.cells[job.cell];
+        let items = job.bundles.iter().map(|&i| &c.bundles[i]);
+        let items = items.map(|b| (b.id.as_str(), b.to_jsonl())).collect();
+        let batch = Batch::new(&c.s.run, cell, c.work, "bundles.jsonl", NOUNS, items);
+        let config = &batch.config;
         let mut job_gen = 0u64;
+        // the checks' Python processes are children too: their CPU is not the tool's
         let mut check_cpu = 0.0f64;
         let cpu0 = children_cpu_seconds();
         let wall0 = Instant::now();
-        let mut on_line = |line: &str| -> Result<(), String> {
-            if !line.starts_with('{') {
-                return Ok(());
-            }
-            let e: EvalAnswer = serde_json::from_str(line)
-                .map_err(|err| format!("unexpected answer line of beaconkv-eval: {err}"))?;
-            let Some(&i) = job
-                .bundles
-                .iter()
-                .find(|&&i| c.bundles[i].id == e.id && !answered.contains(&i))
-            else {
-                return Err(format!(
-                    "beaconkv-eval answered {} {}, not a bundle it was given (or twice)",
-                    e.id, e.config
-                ));
-            };
+        let args = |input: &Path, json: &Path| eval_args(c.s, c.model, config, input, json);
+        let tool_runs = batch.run(args, |k, e| {
+            let b = &c.bundles[job.bundles[k]];
             let output = e.turns.first().map(|t| t.output.as_str()).unwrap_or("");
             let before = children_cpu_seconds();
-            let verdicts = check_answer(c.problems, &c.bundles[i], output, c.sandbox);
+            let verdicts = check_answer(c.problems, b, output, c.sandbox);
             check_cpu += children_cpu_seconds() - before;
-            let row = make_row(
-                c.s,
-                c.settings,
-                c.problems,
-                &c.bundles[i],
-                cell,
-                &e,
-                &verdicts,
-            )?;
-            append_line(c.results, &row)?;
-            answered.insert(i);
-            done += 1;
-            tokens += row.n_gen;
+            let row = make_row(c.s, c.settings, c.problems, b, cell, e, &verdicts)?;
+            append_line(c.file.results, &row)?;
             job_gen += row.n_gen;
-            let secs = started.elapsed().as_secs_f64();
-            eprintln!(
-                "[{done}/{total}] {} {config}: {}/{} functions pass, {} + {} tokens{}; {:.1} tok/s so far, about {:.0} min left",
-                row.bundle,
+            let detail = format!(
+                "{}/{} functions pass, {} + {} tokens{}",
                 row.passed.iter().filter(|&&p| p).count(),
                 row.passed.len(),
                 row.n_prompt,
                 row.n_gen,
                 if row.cut { " (cut)" } else { "" },
-                tokens as f64 / secs,
-                secs / done as f64 * (total - done) as f64 / 60.0
             );
+            progress.answered(&row.bundle, config, &detail, row.n_gen);
             Ok(())
-        };
-        run_eval_lines(&eval_job, Some(&mut on_line))?;
-        if answered.len() != job.bundles.len() {
-            return Err(format!(
-                "beaconkv-eval answered {} of {} bundles for {config}",
-                answered.len(),
-                job.bundles.len()
-            ));
-        }
-        let tool = std::fs::read(&json)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .map(|v| v["runs"].clone())
-            .unwrap_or_default();
+        })?;
         append_line(
             c.runs,
             &RunLine {
@@ -444,44 +329,11 @@ fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
                 cpu_s: (children_cpu_seconds() - cpu0 - check_cpu).max(0.0),
                 wall_s: wall0.elapsed().as_secs_f64(),
                 n_gen: job_gen,
-                tool,
+                tool: tool_runs.unwrap_or_default(),
             },
         )?;
     }
-    Ok(total)
-}
-
-/// The policy entries this `beaconkv-eval` accepts. An entry of the default list it rejects
-/// (a policy of a newer library) is left out with a warning; one given with --policies is an
-/// error.
-fn known_policies(s: &HumanEvalSettings, work: &Path) -> Result<Vec<String>, String> {
-    let mut kept = Vec::new();
-    for p in &s.policies {
-        let config = config_of(p, s.budgets[0], &s.run.extra);
-        let job = EvalJob {
-            eval: s.run.eval.clone(),
-            args: vec![
-                "--mode".into(),
-                "configs".into(),
-                "--configs".into(),
-                config,
-            ],
-            label: format!("check {p}"),
-            log: work.join("configs.log"),
-        };
-        match run_eval(&job) {
-            Ok(_) => kept.push(p.clone()),
-            Err(_) if s.default_policies => eprintln!(
-                "warning: leaving out the default policy '{p}': this beaconkv-eval rejects it ({})",
-                crate::run::tail_lines(&job.log, 1)
-            ),
-            Err(e) => return Err(format!("--policies: '{p}' is not accepted: {e}")),
-        }
-    }
-    if kept.is_empty() && !s.policies.is_empty() {
-        return Err("no policy left to measure".into());
-    }
-    Ok(kept)
+    Ok(progress.total)
 }
 
 /// The rows with their functions checked again from their outputs where another version of
@@ -509,33 +361,6 @@ pub fn recheck(
             r
         })
         .collect()
-}
-
-/// --quick's checks on what the tool reports: a compressed answer never held more cells than its
-/// budget, and evicted some once it ran past it; the full cache evicted nothing and held every
-/// token (prompt and answer).
-pub fn check_cells(rows: &[Row]) -> Result<(), String> {
-    for r in rows {
-        let tokens = (r.n_prompt + r.n_gen) as i64;
-        let bad = if r.budget == 0 {
-            (r.evicted != 0 || r.cells_peak != tokens).then(|| {
-                format!(
-                    "held {} cells of {tokens} tokens, evicted {}",
-                    r.cells_peak, r.evicted
-                )
-            })
-        } else if r.cells_peak > r.budget as i64 {
-            Some(format!("held {} cells", r.cells_peak))
-        } else if tokens > r.budget as i64 && r.evicted == 0 {
-            Some(format!("evicted nothing from {tokens} tokens"))
-        } else {
-            None
-        };
-        if let Some(why) = bad {
-            return Err(format!("--quick: {} {}: {why}", r.bundle, r.config));
-        }
-    }
-    Ok(())
 }
 
 /// An answer as a model might write it: a sentence, then each function in a code block of its
@@ -675,67 +500,16 @@ pub fn sandbox_self_check(problems: &[Problem], sandbox: &Sandbox) -> Result<(),
     Ok(())
 }
 
-/// --quick's checks: every (bundle, cell) answered exactly once, a rerun finds nothing to do,
-/// and after the last bundle's rows are removed it runs exactly those again.
+/// --quick's checks of resuming ([`ResumeFile::quick_resume_check`]).
 fn quick_resume_check(
     c: &Ctx,
     known: &BTreeMap<String, String>,
     round: usize,
 ) -> Result<(), String> {
-    let n = c.bundles.len();
-    let once = |rows: &[Row]| -> Result<(), String> {
-        let keys: BTreeSet<(&str, &str, u32)> = rows
-            .iter()
-            .map(|r| (r.bundle.as_str(), r.policy.as_str(), r.budget))
-            .collect();
-        if rows.len() != n * c.cells.len() || keys.len() != rows.len() {
-            return Err(format!(
-                "--quick: {} rows ({} distinct) in {}, expected {n} bundles x {} cells",
-                rows.len(),
-                keys.len(),
-                c.results.display(),
-                c.cells.len()
-            ));
-        }
-        Ok(())
-    };
-    let rows: Vec<Row> = load_lines(c.results)?;
-    once(&rows)?;
-    if !plan(c.bundles, known, c.cells, &rows, c.settings, round)?.is_empty() {
-        return Err("--quick: a rerun would run jobs although every bundle is done".into());
-    }
-    let last = n - 1;
-    let mut text = String::new();
-    for r in rows.iter().filter(|r| r.bundle != c.bundles[last].id) {
-        text.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
-        text.push('\n');
-    }
-    write_file(c.results, &text)?;
-    let rows: Vec<Row> = load_lines(c.results)?;
-    let todo = plan(c.bundles, known, c.cells, &rows, c.settings, round)?;
-    let expect: Vec<Job> = (0..c.cells.len())
-        .map(|ci| Job {
-            cell: ci,
-            bundles: vec![last],
-        })
-        .collect();
-    if todo != expect {
-        return Err(format!(
-            "--quick: after removing {}'s rows the rerun plans {todo:?}, expected {expect:?}",
-            c.bundles[last].id
-        ));
-    }
-    eprintln!(
-        "--quick: resume check: rerunning {} in every cell",
-        c.bundles[last].id
-    );
-    run_jobs(c, &todo)?;
-    let rows: Vec<Row> = load_lines(c.results)?;
-    once(&rows)?;
-    if !plan(c.bundles, known, c.cells, &rows, c.settings, round)?.is_empty() {
-        return Err("--quick: bundles still missing after the rerun".into());
-    }
-    Ok(())
+    let last = &c.bundles[c.bundles.len() - 1].id;
+    let plan = |rows: &[Row]| plan(c.bundles, known, c.file.cells, rows, c.settings, round);
+    c.file
+        .quick_resume_check(last, plan, |todo| run_jobs(c, todo))
 }
 
 /// HumanEval.jsonl: as given, else from `scripts/fetch-humaneval.sh` (which prints its path).
@@ -779,37 +553,17 @@ pub fn run(
     let data = data_path(&s.data, root)?;
     let problems = data::load(&data)?;
     let model = resolve_model(&s.model, s.quick)?;
-    let out = match (&s.out, s.quick) {
-        (Some(o), _) => out_dir(Some(o.clone()), &model, root, "", 0)?,
-        (None, true) => out_dir(None, &model, root, "humaneval-quick-", unix_now())?,
-        (None, false) => {
-            let stem = model
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "model".into());
-            out_dir(
-                Some(root.join("results").join(format!("humaneval-{stem}"))),
-                &model,
-                root,
-                "",
-                0,
-            )?
-        }
-    };
+    let out = out_folder(s.out.as_deref(), s.quick, &model, root, "humaneval")?;
     let results = out.join(RESULTS_FILE);
     let runs = out.join(RUNS_FILE);
     if s.quick {
-        for f in [&results, &runs] {
-            if f.exists() {
-                std::fs::remove_file(f)
-                    .map_err(|e| format!("cannot remove {}: {e}", f.display()))?;
-            }
-        }
+        remove_files(&[&results, &runs])?;
         sandbox_self_check(&problems, &sandbox)?;
     }
     let work = out.join("work");
     std::fs::create_dir_all(&work).map_err(|e| format!("cannot create {}: {e}", work.display()))?;
-    s.policies = known_policies(&s, &work)?;
+    let log = work.join("configs.log");
+    s.policies = known_policies(&s.run, &s.policies, s.budgets[0], s.default_policies, &log)?;
     if s.reference
         .as_ref()
         .is_some_and(|r| !s.policies.contains(r))
@@ -834,62 +588,52 @@ pub fn run(
         .iter()
         .map(|(id, b)| (id.clone(), b.digest()))
         .collect();
-    let mut text = String::new();
-    for b in &bundles {
-        let line = serde_json::json!({"id": b.id, "split": b.split, "tasks": b.task_ids(&problems),
-            "digest": b.digest(), "request": b.text});
-        text.push_str(&line.to_string());
-        text.push('\n');
-    }
-    write_file(&out.join("bundles.jsonl"), &text)?;
+    let listed: Vec<serde_json::Value> = bundles
+        .iter()
+        .map(|b| {
+            serde_json::json!({"id": b.id, "split": b.split, "tasks": b.task_ids(&problems),
+                "digest": b.digest(), "request": b.text})
+        })
+        .collect();
+    write_file(&out.join("bundles.jsonl"), &to_lines(&listed)?)?;
     let cells = cells(&s);
     let rows: Vec<Row> = load_lines(&results)?;
     let round = 2 * s.parallel as usize;
     let jobs = plan(&bundles, &known, &cells, &rows, &settings, round)?;
     let todo: usize = jobs.iter().map(|j| j.bundles.len()).sum();
-    eprintln!("model:   {}", model.display());
-    eprintln!("data:    {} ({} problems)", data.display(), problems.len());
-    eprintln!("out:     {}", out.display());
-    eprintln!("settings: {settings}");
-    eprintln!("sandbox: {}", sandbox.network());
-    eprintln!(
-        "cells:   {} ({} bundles each, in rounds of {round}); {} bundles done, {} to run",
-        cells.len(),
-        bundles.len(),
-        bundles.len() * cells.len() - todo,
-        todo
-    );
     let c = Ctx {
         s: &s,
         model: &model,
         settings: &settings,
         work: &work,
-        results: &results,
+        file: ResumeFile {
+            ids: bundles.iter().map(|x| x.id.as_str()).collect(),
+            cells: &cells,
+            results: &results,
+            item: NOUNS.item,
+        },
         runs: &runs,
         problems: &problems,
         bundles: &bundles,
-        cells: &cells,
         sandbox: &sandbox,
     };
+    eprintln!("model:   {}", model.display());
+    eprintln!("data:    {} ({} problems)", data.display(), problems.len());
+    eprintln!("out:     {}", out.display());
+    eprintln!("settings: {settings}");
+    eprintln!("sandbox: {}", sandbox.network());
+    eprintln!("{}", c.file.plan_line(round, todo));
     run_jobs(&c, &jobs)?;
     if s.quick {
         quick_resume_check(&c, &known, round)?;
-        check_cells(&load_lines(&results)?)?;
+        check_cells(&load_lines::<Row>(&results)?)?;
     }
     let loaded: Vec<Row> = load_lines(&results)?;
     let stale = loaded.iter().any(|r| r.checker != CHECKER);
     let rows = recheck(loaded, &problems, &every, &sandbox);
     if stale {
-        // the file keeps the new verdicts, written whole and then moved over the old one
-        let mut text = String::new();
-        for r in &rows {
-            text.push_str(&serde_json::to_string(r).map_err(|e| e.to_string())?);
-            text.push('\n');
-        }
-        let tmp = out.join("results.jsonl.tmp");
-        write_file(&tmp, &text)?;
-        std::fs::rename(&tmp, &results)
-            .map_err(|e| format!("cannot replace {}: {e}", results.display()))?;
+        // the file keeps the new verdicts
+        replace_lines(&results, &rows)?;
     }
     let run_lines: Vec<RunLine> = load_lines(&runs)?;
     let run_lines: Vec<RunLine> = run_lines

@@ -13,7 +13,9 @@
 //!
 //! Layout: this file holds the options, `data.rs` the problems and bundles, `extract.rs` the
 //! reading of answers, `sandbox.rs` the checks, `report.rs` the tables and plots, `driver.rs`
-//! the run and its resume file.
+//! the run and the rows of its resume file. What the reason bench does the same way is shared:
+//! [`crate::resumable`] (resuming), [`crate::reason_mode`] (the tool), [`crate::jsonl`] and
+//! [`crate::grid`].
 
 pub mod data;
 mod driver;
@@ -25,7 +27,7 @@ mod tests;
 
 pub use driver::run;
 
-use crate::args::{check_policy_entries, pick};
+use crate::args::{check_at_least_one, check_policy_entries, pick, policies_or_none};
 use data::Split;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -155,12 +157,7 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
     } else {
         &DEFAULT_POLICIES
     };
-    let policies = match cli.policies {
-        Some(p) if p == ["none"] => Vec::new(),
-        Some(p) if p.is_empty() => return Err("--policies needs at least one policy".into()),
-        Some(p) => p,
-        None => defaults.iter().map(|s| s.to_string()).collect(),
-    };
+    let policies = policies_or_none(cli.policies, defaults)?;
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
         return Err("--budgets needs numbers of at least 8, e.g. 256,512".into());
     }
@@ -180,17 +177,13 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
     let n_tokens = pick(cli.n_tokens, quick, 24, 3000);
     let parallel = pick(cli.parallel, quick, 2, 8);
     let timeout = pick(cli.timeout, quick, 3.0, 10.0);
-    for (name, v) in [
+    check_at_least_one(&[
         ("--bundle-size", bundle_size),
         ("--bundles", bundles.unwrap_or(1)),
         ("--n-tokens", n_tokens),
         ("--parallel", parallel),
         ("--chunk", cli.chunk),
-    ] {
-        if v == 0 {
-            return Err(format!("{name} must be at least 1"));
-        }
-    }
+    ])?;
     if parallel > 30 {
         return Err("--parallel must be at most 30".into());
     }
@@ -232,14 +225,7 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
     })
 }
 
-/// Every cell: ("none", 0), then every policy at the first budget, every policy at the next, ...
-/// so that a run cut short has compared every policy at the budgets given first.
+/// Every cell ([`crate::grid::cells`]).
 pub fn cells(s: &HumanEvalSettings) -> Vec<(String, u32)> {
-    let mut c = vec![("none".to_string(), 0)];
-    for &b in &s.budgets {
-        for p in &s.policies {
-            c.push((p.clone(), b));
-        }
-    }
-    c
+    crate::grid::cells(&s.policies, &s.budgets)
 }

@@ -5,7 +5,8 @@ use super::data::Split;
 use super::driver::{Row, RunLine};
 use super::sandbox::Sandbox;
 use super::HumanEvalSettings;
-use crate::plot::{draw_chart, init_fonts, Chart, Series};
+use crate::grid::{budget_label, PerCell};
+use crate::plot::{budget_span, draw_chart, init_fonts, policy_lines, side_by_side, Chart, Series};
 use crate::results::csv_field;
 use crate::tasks::{fmt_accuracy, wilson};
 use plotters::prelude::SeriesLabelPosition;
@@ -171,19 +172,9 @@ fn fmt_paired(p: &Paired) -> String {
     }
 }
 
-fn budget_label(b: u32) -> String {
-    if b == 0 {
-        "–".into()
-    } else {
-        b.to_string()
-    }
-}
-
 pub struct Report {
     pub s: HumanEvalSettings,
-    pub cells: Vec<(String, u32)>,
-    /// Key: (policy entry, budget; 0 for the full cache).
-    pub by: BTreeMap<(String, u32), Cell>,
+    pub per: PerCell<Cell>,
 }
 
 /// A comparison: its label, the budget, the two cells (the first is the reference).
@@ -198,32 +189,23 @@ impl Report {
         rows: &[Row],
         runs: &[RunLine],
     ) -> Report {
-        let mut by: BTreeMap<(String, u32), Cell> = BTreeMap::new();
-        for r in rows {
-            if s.splits.contains(&r.split)
-                && cells.iter().any(|(p, b)| *p == r.policy && *b == r.budget)
-            {
-                by.entry((r.policy.clone(), r.budget)).or_default().add(r);
+        let mut per: PerCell<Cell> = PerCell::new(cells);
+        for r in rows.iter().filter(|r| s.splits.contains(&r.split)) {
+            if let Some(c) = per.add_to(&r.policy, r.budget) {
+                c.add(r);
             }
         }
         for r in runs {
-            if let Some(c) = by.get_mut(&(r.policy.clone(), r.budget)) {
+            if let Some(c) = per.reached_mut(&r.policy, r.budget) {
                 c.cpu_s += r.cpu_s;
                 c.cpu_bundles += r.bundles.len() as u64;
             }
         }
-        Report {
-            s: s.clone(),
-            cells: cells.to_vec(),
-            by,
-        }
+        Report { s: s.clone(), per }
     }
 
     pub fn get(&self, policy: &str, budget: u32) -> Cell {
-        self.by
-            .get(&(policy.to_string(), budget))
-            .cloned()
-            .unwrap_or_default()
+        self.per.get(policy, budget)
     }
 
     fn mark(&self, c: &Cell, budget: u32) -> &'static str {
@@ -249,7 +231,7 @@ impl Report {
             t.push_str(" --- |");
         }
         t.push('\n');
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             let name = if p == "none" { "none (full cache)" } else { p };
             let _ = write!(t, "| {name} | {}{} |", budget_label(*b), self.mark(&c, *b));
@@ -280,7 +262,7 @@ impl Report {
             "| policy | budget | prompt tokens | generated tokens | answers cut | cells evicted per bundle | CPU s per bundle | CPU s | failures by reason |\n\
              | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             let reasons: Vec<String> = c.reasons.iter().map(|(r, n)| format!("{r} {n}")).collect();
             let _ = writeln!(
@@ -309,6 +291,7 @@ impl Report {
     pub fn comparisons(&self) -> Vec<Comparison> {
         let full = ("none".to_string(), 0);
         let mut out: Vec<Comparison> = self
+            .per
             .cells
             .iter()
             .filter(|(p, _)| p != "none")
@@ -372,7 +355,7 @@ impl Report {
         let table = self.table();
         let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
         // header, separator, one per cell
-        if rows.len() != 2 + self.cells.len() {
+        if rows.len() != 2 + self.per.cells.len() {
             return Err(format!("--quick: table has {} rows:\n{table}", rows.len()));
         }
         let width = 3 + 2 * self.s.splits.len() + 1;
@@ -382,7 +365,7 @@ impl Report {
             }
         }
         let per = self.s.bundles.unwrap_or(1) as u64;
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             for &sp in &self.s.splits {
                 let x = c.split(sp);
@@ -405,7 +388,7 @@ impl Report {
             "policy,budget,split,passed,functions,pass1,wilson_lo,wilson_hi,bundles_passed,bundles,\
              mean_prompt,mean_gen,mean_total,cut,evicted_per_bundle,cpu_s,cpu_s_per_bundle,flagged\n",
         );
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             for &sp in &self.s.splits {
                 let x = c.split(sp);
@@ -502,14 +485,9 @@ impl Report {
     pub fn plot(&self, dir: &Path) -> Result<Vec<PathBuf>, String> {
         init_fonts()?;
         let s = &self.s;
-        let (lo, hi) = (
-            *s.budgets.iter().min().unwrap_or(&1) as f64,
-            *s.budgets.iter().max().unwrap_or(&1) as f64,
-        );
+        let span = budget_span(&s.budgets);
         let full = self.get("none", 0);
         let mut written = Vec::new();
-        let n = s.policies.len().max(1) as f64;
-        let shift = |i: usize| 2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03);
         for &sp in &s.splits {
             let rate = |c: &Cell| {
                 let x = c.split(sp);
@@ -527,7 +505,7 @@ impl Report {
                     let cells: Vec<(f64, Cell)> = s
                         .budgets
                         .iter()
-                        .map(|&b| (b as f64 * shift(i), self.get(p, b)))
+                        .map(|&b| (b as f64 * side_by_side(i, s.policies.len()), self.get(p, b)))
                         .filter(|(_, c)| rate(c).is_finite())
                         .collect();
                     Series {
@@ -546,12 +524,8 @@ impl Report {
                 .collect();
             let f = full.split(sp);
             if f.n > 0 {
-                series.push(Series {
-                    label: format!("full cache ({})", fmt_accuracy(f.k, f.n)),
-                    points: vec![(lo, rate(&full)), (hi, rate(&full))],
-                    dashed: true,
-                    errors: Vec::new(),
-                });
+                let label = format!("full cache ({})", fmt_accuracy(f.k, f.n));
+                series.push(Series::level(label, span, rate(&full)));
             }
             let path = dir.join(format!("accuracy-{}.png", sp.as_str()));
             let title = format!("HumanEval pass@1 vs KV budget, {}", sp.title());
@@ -569,39 +543,13 @@ impl Report {
             })?;
             written.push(path);
         }
-        let mut series: Vec<Series> = s
-            .policies
-            .iter()
-            .map(|p| Series {
-                label: p.clone(),
-                points: s
-                    .budgets
-                    .iter()
-                    .map(|&b| (b as f64, self.get(p, b).mean_total()))
-                    .filter(|(_, y)| y.is_finite())
-                    .collect(),
-                dashed: false,
-                errors: Vec::new(),
-            })
-            .collect();
+        let length = |p: &str, b| Some(self.get(p, b).mean_total()).filter(|y| y.is_finite());
+        let mut series = policy_lines(&s.policies, &s.budgets, length);
         if full.n > 0 {
-            series.push(Series {
-                label: format!("full cache ({:.0} tokens)", full.mean_total()),
-                points: vec![(lo, full.mean_total()), (hi, full.mean_total())],
-                dashed: true,
-                errors: Vec::new(),
-            });
+            let label = format!("full cache ({:.0} tokens)", full.mean_total());
+            series.push(Series::level(label, span, full.mean_total()));
         }
-        series.push(Series {
-            label: format!("{} x budget", s.min_ratio),
-            points: s
-                .budgets
-                .iter()
-                .map(|&b| (b as f64, s.min_ratio * b as f64))
-                .collect(),
-            dashed: true,
-            errors: Vec::new(),
-        });
+        series.push(Series::budget_ratio(&s.budgets, s.min_ratio));
         let path = dir.join("length.png");
         draw_chart(&Chart {
             path: &path,

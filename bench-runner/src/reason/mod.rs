@@ -12,7 +12,9 @@
 //! and plots go to the same folder.
 //!
 //! Layout: this file holds the options, `problems.rs` the generator and checker, `report.rs` the
-//! tables and plots, `driver.rs` the run and its resume file.
+//! tables and plots, `driver.rs` the run and the rows of its resume file. What the HumanEval bench
+//! does the same way is shared: [`crate::resumable`] (resuming), [`crate::reason_mode`] (the
+//! tool), [`crate::jsonl`] and [`crate::grid`].
 
 mod driver;
 pub mod problems;
@@ -23,7 +25,7 @@ mod tests;
 pub use driver::run;
 
 pub use crate::args::config_of;
-use crate::args::{check_policy_entries, pick};
+use crate::args::{check_at_least_one, check_policy_entries, pick, policies_or_none};
 use problems::Shape;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -122,12 +124,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let quick = cli.quick;
     let budgets = pick(cli.budgets, quick, vec![32, 64], vec![256, 384]);
     let default_policies = cli.policies.is_none();
-    let policies = match cli.policies {
-        Some(p) if p == ["none"] => Vec::new(),
-        Some(p) if p.is_empty() => return Err("--policies needs at least one policy".into()),
-        Some(p) => p,
-        None => DEFAULT_POLICIES.iter().map(|s| s.to_string()).collect(),
-    };
+    let policies = policies_or_none(cli.policies, &DEFAULT_POLICIES)?;
     if budgets.is_empty() || budgets.iter().any(|&b| b < 8) {
         return Err("--budgets needs numbers of at least 8, e.g. 128,256".into());
     }
@@ -137,17 +134,13 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     let steps = pick(cli.steps, quick, 1, 3);
     let n_tokens = pick(cli.n_tokens, quick, 16, 256);
     let parallel = pick(cli.parallel, quick, 2, 24);
-    for (name, v) in [
+    check_at_least_one(&[
         ("--conversations", conversations),
         ("--steps", steps),
         ("--n-tokens", n_tokens),
         ("--parallel", parallel),
         ("--chunk", cli.chunk),
-    ] {
-        if v == 0 {
-            return Err(format!("{name} must be at least 1"));
-        }
-    }
+    ])?;
     if turns < 3 {
         return Err(
             "--turns must be at least 3 (the third turn is the first to reach back two turns)"
@@ -179,14 +172,7 @@ pub fn resolve(cli: ReasonCli, root: &Path) -> Result<ReasonSettings, String> {
     })
 }
 
-/// Every cell: ("none", 0), then every policy at the first budget, every policy at the next, ...
-/// so that a run cut short has compared every policy at the budgets given first.
+/// Every cell ([`crate::grid::cells`]).
 pub fn cells(s: &ReasonSettings) -> Vec<(String, u32)> {
-    let mut c = vec![("none".to_string(), 0)];
-    for &b in &s.budgets {
-        for p in &s.policies {
-            c.push((p.clone(), b));
-        }
-    }
-    c
+    crate::grid::cells(&s.policies, &s.budgets)
 }

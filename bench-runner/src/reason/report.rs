@@ -2,11 +2,11 @@
 
 use super::driver::Row;
 use super::ReasonSettings;
-use crate::plot::{draw_chart, init_fonts, Chart, Series};
+use crate::grid::{budget_label, PerCell};
+use crate::plot::{budget_span, draw_chart, init_fonts, side_by_side, Chart, Series};
 use crate::results::csv_field;
 use crate::tasks::{fmt_accuracy, wilson};
 use plotters::prelude::SeriesLabelPosition;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -88,32 +88,24 @@ fn pct(k: u64, n: u64) -> String {
 }
 
 pub struct Report {
-    pub cells: Vec<(String, u32)>,
-    /// Key: (policy entry, budget; 0 for the full cache).
-    pub by: BTreeMap<(String, u32), Cell>,
+    pub per: PerCell<Cell>,
 }
 
 impl Report {
     /// Aggregates the rows of the run's cells (rows of conversations beyond `--conversations` count too:
     /// a rerun with fewer conversations keeps what is done).
     pub fn new(cells: &[(String, u32)], rows: &[Row]) -> Report {
-        let mut by: BTreeMap<(String, u32), Cell> = BTreeMap::new();
+        let mut per: PerCell<Cell> = PerCell::new(cells);
         for r in rows {
-            if cells.iter().any(|(p, b)| *p == r.policy && *b == r.budget) {
-                by.entry((r.policy.clone(), r.budget)).or_default().add(r);
+            if let Some(c) = per.add_to(&r.policy, r.budget) {
+                c.add(r);
             }
         }
-        Report {
-            cells: cells.to_vec(),
-            by,
-        }
+        Report { per }
     }
 
     pub fn get(&self, policy: &str, budget: u32) -> Cell {
-        self.by
-            .get(&(policy.to_string(), budget))
-            .cloned()
-            .unwrap_or_default()
+        self.per.get(policy, budget)
     }
 
     fn entry(c: &Cell, mark: &str) -> String {
@@ -170,12 +162,12 @@ impl Report {
             "| policy | budget | conversations right | last turn right | turns right | turns reaching back right | tokens per turn | turns cut | cells evicted per conversation |\n\
              | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n",
         );
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             let _ = writeln!(
                 t,
                 "| {p} | {} | {} | {} | {} | {} | {:.0} | {}/{} | {:.0} |",
-                if *b == 0 { "–".into() } else { b.to_string() },
+                budget_label(*b),
                 fmt_accuracy(c.k, c.n),
                 pct(c.final_right, c.n),
                 pct(c.turns_right, c.turns),
@@ -210,7 +202,7 @@ impl Report {
                 return Err(format!("--quick: table row of the wrong width: {r}"));
             }
         }
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             if c.n != s.conversations as u64 || c.turns != c.n * s.shape.turns as u64 {
                 return Err(format!(
@@ -226,7 +218,7 @@ impl Report {
         let mut t = String::from(
             "policy,budget,correct,n,accuracy,wilson_lo,wilson_hi,final_right,turns_right,turns,back_right,back,mean_tokens,cut,evicted\n",
         );
-        for (p, b) in &self.cells {
+        for (p, b) in &self.per.cells {
             let c = self.get(p, *b);
             let (lo, hi) = wilson(c.k, c.n);
             let _ = writeln!(
@@ -275,25 +267,19 @@ impl Report {
 
     pub fn plot(&self, s: &ReasonSettings, dir: &Path) -> Result<Vec<PathBuf>, String> {
         init_fonts()?;
-        let (lo, hi) = (
-            *s.budgets.iter().min().unwrap_or(&1) as f64,
-            *s.budgets.iter().max().unwrap_or(&1) as f64,
-        );
+        let span = budget_span(&s.budgets);
         let full = self.get("none", 0);
         let mut written = Vec::new();
         for length in [false, true] {
             // accuracy per turn: at small budgets whole conversations are all wrong and would hide
             // the differences between policies
             let value = |c: &Cell| if length { c.mean_len() } else { c.turn_rate() };
-            // the policies' points side by side around each budget (log2 x), so that the
-            // intervals do not hide one another
-            let n = s.policies.len().max(1) as f64;
             let mut series: Vec<Series> = s
                 .policies
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    let shift = 2f64.powf((i as f64 - (n - 1.0) / 2.0) * 0.03);
+                    let shift = side_by_side(i, s.policies.len());
                     let cells: Vec<(f64, Cell)> = s
                         .budgets
                         .iter()
@@ -316,31 +302,18 @@ impl Report {
                 })
                 .collect();
             if full.n > 0 {
-                series.push(Series {
-                    label: if length {
-                        format!("full cache ({:.0} tokens)", full.mean_len())
-                    } else {
-                        format!(
-                            "full cache ({})",
-                            fmt_accuracy(full.turns_right, full.turns)
-                        )
-                    },
-                    points: vec![(lo, value(&full)), (hi, value(&full))],
-                    dashed: true,
-                    errors: Vec::new(),
-                });
+                let label = if length {
+                    format!("full cache ({:.0} tokens)", full.mean_len())
+                } else {
+                    format!(
+                        "full cache ({})",
+                        fmt_accuracy(full.turns_right, full.turns)
+                    )
+                };
+                series.push(Series::level(label, span, value(&full)));
             }
             if length {
-                series.push(Series {
-                    label: format!("{} x budget", s.min_ratio),
-                    points: s
-                        .budgets
-                        .iter()
-                        .map(|&b| (b as f64, s.min_ratio * b as f64))
-                        .collect(),
-                    dashed: true,
-                    errors: Vec::new(),
-                });
+                series.push(Series::budget_ratio(&s.budgets, s.min_ratio));
             }
             let path = dir.join(if length { "length.png" } else { "accuracy.png" });
             draw_chart(&Chart {

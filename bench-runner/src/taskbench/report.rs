@@ -3,7 +3,7 @@
 use super::rows::{Scored, TraceRow, TraceRun};
 use super::{configs, TaskSettings};
 use crate::args::config_of;
-use crate::plot::{draw_chart, init_fonts, Chart, Series};
+use crate::plot::{budget_span, draw_chart, init_fonts, policy_lines, Chart, Series};
 use crate::results::csv_field;
 use crate::tasks::{fmt_accuracy, wilson, Task};
 use plotters::prelude::SeriesLabelPosition;
@@ -374,38 +374,16 @@ pub fn plot_tasks(
 ) -> Result<Vec<PathBuf>, String> {
     init_fonts()?;
     let mut written = Vec::new();
-    let (lo, hi) = (
-        *s.budgets.iter().min().unwrap_or(&1) as f64,
-        *s.budgets.iter().max().unwrap_or(&1) as f64,
-    );
+    let span = budget_span(&s.budgets);
     for &t in &s.tasks {
         if !acc.keys().any(|k| k.0 == t) {
             continue;
         }
-        let mut series: Vec<Series> = s
-            .policies
-            .iter()
-            .map(|p| Series {
-                label: p.clone(),
-                points: s
-                    .budgets
-                    .iter()
-                    .filter_map(|&b| {
-                        acc.get(&(t, 0, p.clone(), b as i64))
-                            .map(|a| (b as f64, a.rate()))
-                    })
-                    .collect(),
-                dashed: false,
-                errors: Vec::new(),
-            })
-            .collect();
+        let rate = |p: &str, b| acc.get(&(t, 0, p.to_string(), b as i64)).map(Acc::rate);
+        let mut series = policy_lines(&s.policies, &s.budgets, rate);
         if let Some(a) = acc.get(&(t, 0, "none".into(), 0)) {
-            series.push(Series {
-                label: format!("full cache ({:.0}%)", 100.0 * a.rate()),
-                points: vec![(lo, a.rate()), (hi, a.rate())],
-                dashed: true,
-                errors: Vec::new(),
-            });
+            let label = format!("full cache ({:.0}%)", 100.0 * a.rate());
+            series.push(Series::level(label, span, a.rate()));
         }
         let path = dir.join(format!("accuracy_{t}.png"));
         let title = format!("{}: accuracy vs KV budget", t.describe());
