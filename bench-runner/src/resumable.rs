@@ -197,12 +197,32 @@ impl ResumeFile<'_> {
     }
 }
 
+/// Cells a sequence of `config` (`policy:budget/key=value/...`) may hold: the budget plus the
+/// prompt's room (`prompt_max`, 0 = the budget, with the default `prompt=keep` and with
+/// `prompt=window`; none with `prompt=inside`).
+fn cell_limit(config: &str, budget: usize) -> usize {
+    let key = |name: &str| {
+        config
+            .split('/')
+            .skip(1)
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+    };
+    if key("prompt") == Some("inside") {
+        return budget;
+    }
+    match key("prompt_max").and_then(|v| v.parse::<usize>().ok()) {
+        Some(room) if room > 0 => budget + room,
+        _ => 2 * budget,
+    }
+}
+
 /// --quick's checks on what the tool reports: a compressed cell never held more cells than its
-/// budget, and evicted some once it ran past it; the full cache evicted nothing and held every
-/// token.
+/// budget and prompt room allow, and evicted some once it ran past them; the full cache evicted
+/// nothing and held every token.
 pub fn check_cells<R: ResultRow>(rows: &[R]) -> Result<(), String> {
     for r in rows {
         let (item, _, budget) = r.key();
+        let limit = cell_limit(r.config(), budget as usize) as i64;
         let CacheUse {
             tokens,
             cells_peak,
@@ -212,9 +232,9 @@ pub fn check_cells<R: ResultRow>(rows: &[R]) -> Result<(), String> {
         let bad = if budget == 0 {
             (evicted != 0 || cells_peak != tokens)
                 .then(|| format!("held {cells_peak} cells of {tokens} tokens, evicted {evicted}"))
-        } else if cells_peak > budget as i64 {
-            Some(format!("held {cells_peak} cells"))
-        } else if tokens > budget as i64 && evicted == 0 {
+        } else if cells_peak > limit {
+            Some(format!("held {cells_peak} cells, more than {limit}"))
+        } else if tokens > limit && evicted == 0 {
             Some(format!("evicted nothing from {tokens} tokens"))
         } else {
             None
@@ -309,8 +329,21 @@ mod tests {
             .unwrap_err()
             .contains("other settings (S; now T)"));
         assert!(check_cells(&done[1..]).is_ok());
-        assert!(check_cells(&[R("x", "a", 8)])
+        // the default prompt=keep: the budget and as many prompt cells again
+        assert!(check_cells(&[R("x", "a", 8)]).is_ok());
+        assert!(check_cells(&[R("x", "a", 4)])
             .unwrap_err()
-            .contains("--quick: x a: held 10 cells"));
+            .contains("--quick: x a: held 10 cells, more than 8"));
+        assert!(check_cells(&[R("x", "a/prompt=inside", 8)])
+            .unwrap_err()
+            .contains("held 10 cells, more than 8"));
+    }
+
+    #[test]
+    fn the_cell_limit_follows_the_prompt_policy() {
+        assert_eq!(cell_limit("beacon:64", 64), 128);
+        assert_eq!(cell_limit("beacon:64/score=prob/prompt_max=1024", 64), 1088);
+        assert_eq!(cell_limit("beacon:64/prompt=window/prompt_max=16", 64), 80);
+        assert_eq!(cell_limit("streaming:64/prompt=inside", 64), 64);
     }
 }

@@ -781,8 +781,12 @@ fn quick_checks_the_cells_the_tool_reports() {
     let mut short_full = full.clone();
     short_full.cells_peak = 499;
     assert!(check_cells(&[short_full]).is_err());
+    // the budget and, with the default prompt=keep, as many prompt cells again
+    let mut within = comp.clone();
+    within.cells_peak = 128;
+    assert!(check_cells(&[within]).is_ok());
     let mut over = comp.clone();
-    over.cells_peak = 65;
+    over.cells_peak = 129;
     assert!(check_cells(&[over]).is_err());
     let mut kept_all = comp;
     kept_all.evicted = 0;
