@@ -13,7 +13,7 @@
 #   make test-e2e        the tests that run inside the patched llama.cpp (tiny models, Gemma 3 270M, ggml RPC, hybrid layouts)
 #   make test-server     the live llama-server / llama-cli tests (tests/server, pytest)
 #   make soak            SOAK_MINUTES (2) of mixed traffic on a 4-slot compressed llama-server, invariants checked (report in build/soak/)
-#   make gpu-check-dry-run   scripts/gpu-check.sh packed and run on the CPU (docs/gpu.md)
+#   make gpu-check-dry-run   scripts/gpu-check.sh packed, built and run on the CPU (docs/gpu.md; make test runs it on build/bin's tools)
 #   make test-upstream-server   upstream's tools/server/tests against the patched llama-server, plain and compressed (about 13 minutes)
 #   make bench           the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks     task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
@@ -79,7 +79,7 @@ test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- reason --quick --out build/bench-reason-quick
 	cargo run --release -q -p beaconkv-bench -- humaneval --quick --out build/bench-humaneval-quick
 	$(MAKE) soak SOAK_MINUTES=2
-	$(MAKE) gpu-check-dry-run
+	$(MAKE) gpu-check-dry-run GPU_CHECK_PREBUILT=$(CURDIR)/build/bin
 
 help:
 	@sed -n 's/^#   make //p' $(firstword $(MAKEFILE_LIST))
@@ -150,7 +150,10 @@ install: build
 clean:
 	rm -rf build target
 
-# scripts/gpu-check.sh's GPU run, rehearsed on the CPU from a pack in build/gpu-check-dry/ (docs/gpu.md)
+# scripts/gpu-check.sh's GPU run, rehearsed on the CPU from a pack in build/gpu-check-dry/ (docs/gpu.md);
+# GPU_CHECK_PREBUILT=DIR (as make test sets it) configures the pack's tree without building it and
+# runs DIR's tools
+GPU_CHECK_PREBUILT ?=
 .PHONY: gpu-check-dry-run
 gpu-check-dry-run:
-	GPU_CHECK_JOBS=$(JOBS) nice -n 19 scripts/gpu-check.sh dry-run
+	GPU_CHECK_JOBS=$(JOBS) GPU_CHECK_PREBUILT=$(GPU_CHECK_PREBUILT) nice -n 19 scripts/gpu-check.sh dry-run
