@@ -187,6 +187,31 @@ def humaneval_pairs(name: str, pairs: list) -> str:
     return "\n".join(out) + "\n"
 
 
+def humaneval_cells(name: str) -> str:
+    """Pass@1 per cell of a humaneval folder from its rows, with how many of the tuning requests
+    each cell has answered (a resumed run fills the rest)."""
+    cells, requests = {}, set()
+    with open(RESULTS / name / "results.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("split") != "tune":
+                continue
+            requests.add(r["bundle"])
+            c = cells.setdefault((r["policy"], int(r["budget"])), {"passed": 0, "n": 0, "bundles": 0, "cut": 0, "gen": 0})
+            c["passed"] += sum(r["passed"])
+            c["n"] += len(r["passed"])
+            c["bundles"] += 1
+            c["cut"] += bool(r["cut"])
+            c["gen"] += r["n_gen"]
+    out = ["| policy | budget | requests answered | pass@1 | answers cut | generated tokens per answer |",
+           "| --- | ---: | ---: | --- | ---: | ---: |"]
+    for (policy, budget), c in cells.items():
+        b = "–" if policy == "none" else str(budget)
+        out.append(f"| {policy_label(policy)} | {b} | {c['bundles']} of {len(requests)} | {pct(c['passed'], c['n'])} | "
+                   f"{c['cut']} | {thousands(c['gen'] / c['bundles'])} |")
+    return "\n".join(out) + "\n"
+
+
 # the request kept whole (up to 1,024 cells) in every compressed cell of humaneval-budgets
 KEEP = "prompt=keep/prompt_max=1024"
 
@@ -197,6 +222,8 @@ def budgets_pairs() -> str:
     pairs = []
     for budget in (200, 400, 700):
         d = (f"beacon/score=prob/{KEEP}", budget)
+        for p in ("beacon/score=prob", "streaming", "rkv", "recent/score=prob"):
+            pairs.append((("none", 0), (f"{p}/{KEEP}", budget)))
         for other in ("streaming", "rkv", "recent/score=prob", "beacon/score=logit"):
             pairs.append((d, (f"{other}/{KEEP}", budget)))
         pairs.append(((f"beacon/score=logit/{KEEP}", budget), (f"recent/score=logit/{KEEP}", budget)))
@@ -208,7 +235,7 @@ RENDERERS = {
     # run when `beacon` and `recent` scored logits by default
     "trace-qwen2.5-coder-1.5b": lambda: trace_table("trace-qwen2.5-coder-1.5b", "score=logit"),
     "humaneval-prompt-policy": lambda: humaneval_table("humaneval-prompt-policy"),
-    "humaneval-budgets": lambda: humaneval_table("humaneval-budgets"),
+    "humaneval-budgets": lambda: humaneval_cells("humaneval-budgets"),
     "humaneval-budgets-pairs": budgets_pairs,
 }
 
