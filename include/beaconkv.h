@@ -184,7 +184,8 @@ typedef struct beaconkv_layer {
     /* RoPE applied to this layer's queries and keys (from the graph's ROPE node).
      * rope_n_dims == 0: no RoPE found, queries are scored as captured (no re-rotation). */
     int32_t rope_n_dims;
-    int32_t rope_mode;   /* 0 = NORM, 2 = NEOX; other modes (M-RoPE, vision) are scored as captured */
+    int32_t rope_mode;   /* 0 = NORM, 2 = NEOX (libllama reports M-RoPE as NEOX, +inf factors on the
+                            pairs text positions hold still); others are scored as captured */
     int32_t rope_n_ctx_orig;
     float   freq_base, freq_scale, ext_factor, attn_factor, beta_fast, beta_slow;
     const float * freq_factors; /* NULL or rope_n_dims/2 host floats, borrowed              */

@@ -33,7 +33,20 @@ fn floats(v: &Value) -> Vec<f32> {
 fn rope_matches_ggml() {
     let r = reference();
     let cases = r["rope"].as_array().unwrap();
-    assert!(cases.len() >= 30, "too few rope cases");
+    assert!(cases.len() >= 70, "too few rope cases");
+    // the M-RoPE / IMRoPE cases, read as NEOX with pairs that do not turn (llama-kv-plugin-rope.h)
+    let still = cases
+        .iter()
+        .filter(|c| {
+            c["freq_factors"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|v| v.as_f64().unwrap() > 1e38))
+        })
+        .count();
+    assert!(
+        still >= 12,
+        "too few M-RoPE cases with pairs that do not turn: {still}"
+    );
     let mut worst = 0.0f32;
     for c in cases {
         let rope = Rope {

@@ -2,6 +2,7 @@
 // per layer and one shared index input; the RoPE and Hadamard descriptors are recorded from the graph.
 
 #include "llama-kv-plugin-impl.h"
+#include "llama-kv-plugin-rope.h"
 
 #include "llama-impl.h"
 #include "llama-batch.h"
@@ -133,6 +134,9 @@ void llama_kv_plugin_capture(const llm_graph_context & g, ggml_tensor * q_cur, c
                 ggml_backend_tensor_get(ff, L.freq_factors.data(), 0, ggml_nbytes(ff));
             }
             L.rope_recorded = !ff || !L.freq_factors.empty();
+            if (L.rope_recorded && kvp_text_mrope_as_neox(L.rope_mode, op + 11, op[15], L.rope_n_dims, L.freq_factors)) {
+                L.rope_mode = GGML_ROPE_TYPE_NEOX;  // exact for text tokens (llama-kv-plugin-rope.h)
+            }
         } else {
             L.rope_n_dims = 0; // no RoPE: scored as captured
         }

@@ -5,8 +5,9 @@
 //! agree with what ggml did to the keys in the cache, so the forward angle and magnitude follow
 //! `ggml_rope_cache_init` / `rope_yarn` operation for operation in f32: the running
 //! `theta *= theta_scale` product, the YaRN ramp on the pair index, and the YaRN magnitude
-//! correction. Only NORM and NEOX layouts are handled; M-RoPE and vision modes are refused by
-//! [`Rope::mode_from_ggml`] so callers score those captures as they are.
+//! correction. Only NORM and NEOX layouts are handled (libllama describes an M-RoPE or IMRoPE layer
+//! as NEOX with +inf frequency factors on the pairs a text position holds still); vision modes are
+//! refused by [`Rope::mode_from_ggml`] so callers score those captures as they are.
 //!
 //! Fused multiply-adds: ggml-cpu is built with `-mfma` (GGML_FMA, on by default for x86 AVX2
 //! builds; aarch64 always has FMA) and GCC contracts `a*b + c*d` into `fma(a, b, c*d)`. So
