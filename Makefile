@@ -78,6 +78,7 @@ test: build test-unit test-e2e test-server
 	cargo run --release -q -p beaconkv-bench -- tasks --quick --out build/bench-tasks-quick
 	cargo run --release -q -p beaconkv-bench -- reason --quick --out build/bench-reason-quick
 	cargo run --release -q -p beaconkv-bench -- humaneval --quick --out build/bench-humaneval-quick
+	cargo run --release -q -p beaconkv-bench -- humaneval --quick --own-values 3 --out build/bench-humaneval-own-quick
 	$(MAKE) soak SOAK_MINUTES=2
 	$(MAKE) gpu-check-dry-run GPU_CHECK_PREBUILT=$(CURDIR)/build/bin
 

@@ -25,6 +25,8 @@ struct reason_seq {
     bool generating = false;
     llama_token next = 0;                // generating: the token fed in the next call
     std::vector<llama_token> gen;        // this turn's answer
+    std::vector<llama_token> forced;     // this turn's answer start, fed one token per call as if generated
+    size_t forced_at = 0;
     llama_pos pos = 0;
     int n_prompt = 0;                    // this turn's prompt tokens
     int32_t cells_peak = 0;
@@ -35,7 +37,8 @@ struct reason_seq {
 }  // namespace
 
 // Multi-turn chain-of-thought conversations (the bench generates them): each line of --tasks is
-// {"id", "system" (optional), "turns": ["...", ...]}. Per config, -np conversations run at once, one
+// {"id", "system" (optional), "turns": ["...", ...], "answer_starts" (optional): ["...", ...]}; an
+// answer start is fed one token per call before the turn's greedy answer, counted as generated. Per config, -np conversations run at once, one
 // sequence each in one context (its own stream and its own compression state, the same budget):
 // every llama_decode call carries one token per answering sequence and a chunk of the prompt of
 // each sequence whose turn is being prompted. A turn's prompt is what the chat template adds to
@@ -59,7 +62,7 @@ bool run_reason(llama_model * model, const common_params & params, const std::ve
     const int n_par = std::max(1, std::min<int>(params.n_parallel, (int) conversations.size()));
     // each conversation's turns as text; the most tokens one sequence can reach
     std::vector<std::string> ids, systems;
-    std::vector<std::vector<std::string>> turn_text;
+    std::vector<std::vector<std::string>> turn_text, answer_starts;
     size_t most = 0;
     for (size_t i = 0; i < conversations.size(); i++) {
         const json & s = conversations[i];
@@ -78,6 +81,23 @@ bool run_reason(llama_model * model, const common_params & params, const std::ve
             fprintf(stderr, "error: --tasks conversation '%s' has no turns\n", ids.back().c_str());
             return false;
         }
+        // "answer_starts": per turn, text the answer begins with (teacher-forced: fed one token per
+        // decode call as if the model had generated it, so the cache treats it as answer, not prompt)
+        std::vector<std::string> starts(t.size());
+        const json st = s.value("answer_starts", json::array());
+        if (!st.is_array() || st.size() > t.size()) {
+            fprintf(stderr, "error: --tasks conversation '%s': answer_starts must be a list of at most one string per turn\n",
+                    ids.back().c_str());
+            return false;
+        }
+        for (size_t k = 0; k < st.size(); k++) {
+            if (!st[k].is_string()) {
+                fprintf(stderr, "error: --tasks conversation '%s': answer_starts[%zu] is not a string\n", ids.back().c_str(), k);
+                return false;
+            }
+            starts[k] = st[k].get<std::string>();
+        }
+        answer_starts.push_back(std::move(starts));
         // the conversation with empty answers, plus every answer at its cap and a margin per turn
         std::vector<std::pair<std::string, std::string>> conv;
         if (!systems.back().empty()) {
@@ -129,6 +149,9 @@ bool run_reason(llama_model * model, const common_params & params, const std::ve
             s.n_prompt = (int) s.feed.size();
             s.generating = false;
             s.gen.clear();
+            const std::string & start = answer_starts[s.conversation][s.turn];
+            s.forced = start.empty() ? std::vector<llama_token>() : common_tokenize(vocab, start, false, false);
+            s.forced_at = 0;
         };
         // the sequence takes the next conversation, if any
         auto start = [&](int seq) {
@@ -266,7 +289,8 @@ bool run_reason(llama_model * model, const common_params & params, const std::ve
                 if (s.gen.size() >= (size_t) a.n_tokens) {
                     ok = end_turn(x.seq, false);
                 } else {
-                    const llama_token t = argmax(llama_get_logits_ith(ctx, x.i), n_vocab);
+                    const llama_token t = s.forced_at < s.forced.size() ? s.forced[s.forced_at++]
+                                                                          : argmax(llama_get_logits_ith(ctx, x.i), n_vocab);
                     if (llama_vocab_is_eog(vocab, t)) {
                         ok = end_turn(x.seq, true);
                     } else {

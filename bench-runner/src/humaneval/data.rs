@@ -118,12 +118,18 @@ pub struct Bundle {
     pub problems: Vec<usize>,
     /// The user message.
     pub text: String,
+    /// The names of the own-values dictionary asked for (empty: none, [`super::own_values`]).
+    pub own_names: Vec<&'static str>,
+    /// What the answer starts with, teacher-forced as if generated (the own-values dictionary).
+    pub answer_start: Option<String>,
+    /// A second user turn after the answer (the own values asked for again).
+    pub follow_up: Option<String>,
 }
 
 /// The request for some problems: the task, then each problem's prompt in a code block.
 pub fn request(problems: &[&Problem]) -> String {
     let n = problems.len();
-    let mut t = if n == 1 {
+    let t = if n == 1 {
         "Write the Python function below. Give it complete (its `def` line, its body, and any \
          imports or helper functions it needs) in a ```python code block. Do not add tests or \
          example usage.\n"
@@ -135,6 +141,13 @@ pub fn request(problems: &[&Problem]) -> String {
              own, in the order given. Do not add tests or example usage.\n"
         )
     };
+    t + &specifications(problems)
+}
+
+/// Each problem's prompt in a code block, numbered.
+fn specifications(problems: &[&Problem]) -> String {
+    let n = problems.len();
+    let mut t = String::new();
     for (i, p) in problems.iter().enumerate() {
         t.push_str(&format!(
             "\nFunction {} of {n}: `{}`\n```python\n{}\n```\n",
@@ -146,29 +159,87 @@ pub fn request(problems: &[&Problem]) -> String {
     t
 }
 
+/// How the requests are made: functions per request, and the own values asked for besides
+/// (0: none).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shape {
+    pub size: usize,
+    pub own_values: u32,
+}
+
+impl Shape {
+    #[cfg(test)]
+    pub fn functions(size: usize) -> Shape {
+        Shape {
+            size,
+            own_values: 0,
+        }
+    }
+}
+
+fn make_bundle(
+    problems: &[Problem],
+    split: Split,
+    id: String,
+    ids: Vec<usize>,
+    shape: Shape,
+) -> Bundle {
+    let ps: Vec<&Problem> = ids.iter().map(|&i| &problems[i]).collect();
+    if shape.own_values == 0 {
+        return Bundle {
+            id,
+            split,
+            problems: ids,
+            text: request(&ps),
+            own_names: Vec::new(),
+            answer_start: None,
+            follow_up: None,
+        };
+    }
+    use super::own_values as own;
+    let names = own::names(&id, shape.own_values as usize);
+    let start = own::answer_start(&names, &own::numbers(&id, names.len()));
+    Bundle {
+        text: own::request(names.len(), ps.len(), &specifications(&ps)),
+        follow_up: Some(own::follow_up(&names)),
+        answer_start: Some(start),
+        own_names: names,
+        id,
+        split,
+        problems: ids,
+    }
+}
+
 /// The bundles of one split: its problems in number order, `size` at a time (the last one may
-/// hold fewer), at most `limit` of them.
+/// hold fewer), at most `limit` of them. With own values, a second grouping follows ("tune-s0",
+/// ...): the split's problems taken `size` apart (0, 25, 50, 75 of 100 at size 4), so that a
+/// split gives twice as many requests, each a different set of functions.
 pub fn bundles(
     problems: &[Problem],
     split: Split,
-    size: usize,
+    shape: Shape,
     limit: Option<usize>,
 ) -> Vec<Bundle> {
     let ids: Vec<usize> = (0..problems.len())
         .filter(|&i| problems[i].split() == split)
         .collect();
-    ids.chunks(size.max(1))
-        .take(limit.unwrap_or(usize::MAX))
+    let size = shape.size.max(1);
+    let mut groups: Vec<(String, Vec<usize>)> = ids
+        .chunks(size)
         .enumerate()
-        .map(|(k, c)| {
-            let ps: Vec<&Problem> = c.iter().map(|&i| &problems[i]).collect();
-            Bundle {
-                id: format!("{}-{k}", split.as_str()),
-                split,
-                problems: c.to_vec(),
-                text: request(&ps),
-            }
-        })
+        .map(|(k, c)| (format!("{}-{k}", split.as_str()), c.to_vec()))
+        .collect();
+    if shape.own_values > 0 {
+        let stride = ids.len().div_ceil(size);
+        for k in 0..stride {
+            let g: Vec<usize> = ids.iter().skip(k).step_by(stride).copied().collect();
+            groups.push((format!("{}-s{k}", split.as_str()), g));
+        }
+    }
+    groups
+        .into_iter()
+        .take(limit.unwrap_or(usize::MAX))
+        .map(|(id, g)| make_bundle(problems, split, id, g, shape))
         .collect()
 }
 
@@ -177,12 +248,12 @@ pub fn bundles(
 pub fn all_bundles(
     problems: &[Problem],
     splits: &[Split],
-    size: usize,
+    shape: Shape,
     limit: Option<usize>,
 ) -> Vec<Bundle> {
     let per: Vec<Vec<Bundle>> = splits
         .iter()
-        .map(|&s| bundles(problems, s, size, limit))
+        .map(|&s| bundles(problems, s, shape, limit))
         .collect();
     let most = per.iter().map(Vec::len).max().unwrap_or(0);
     let mut out = Vec::new();
@@ -199,7 +270,18 @@ pub fn all_bundles(
 impl Bundle {
     /// The `--tasks` line of `beaconkv-eval --mode reason`: a conversation of one turn.
     pub fn to_jsonl(&self) -> String {
-        serde_json::json!({"id": self.id, "turns": [self.text]}).to_string()
+        let mut v = serde_json::json!({"id": self.id, "turns": self.turns()});
+        if let Some(a) = &self.answer_start {
+            v["answer_starts"] = serde_json::json!([a]);
+        }
+        v.to_string()
+    }
+
+    /// The user turns: the request, and the follow-up if any.
+    pub fn turns(&self) -> Vec<&str> {
+        std::iter::once(self.text.as_str())
+            .chain(self.follow_up.as_deref())
+            .collect()
     }
 
     /// A digest of what the model is shown, kept with every answer so that a rerun never mixes

@@ -4,6 +4,7 @@
 
 use super::data::{self, Bundle, Problem, Split};
 use super::extract::{extract, extract_nth};
+use super::own_values::{self, OwnValues};
 use super::report;
 use super::sandbox::{children_cpu_seconds, Sandbox, Verdict};
 use super::{cells, resolve, HumanEvalCli, HumanEvalSettings};
@@ -27,7 +28,7 @@ use std::time::Instant;
 pub const RUNS_FILE: &str = "runs.jsonl";
 /// The version of the extraction and the check; rows of another are checked again and
 /// rewritten with the new verdicts.
-pub const CHECKER: &str = "2";
+pub const CHECKER: &str = "3";
 
 /// What messages call a bundle and the tool's line for it.
 const NOUNS: Nouns = Nouns {
@@ -59,6 +60,9 @@ pub struct Row {
     pub tasks: Vec<String>,
     pub passed: Vec<bool>,
     pub reasons: Vec<String>,
+    /// The own values' check (requests that asked for them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub own: Option<OwnValues>,
     /// Prompt tokens (the request with the chat template).
     pub n_prompt: u64,
     /// Tokens generated.
@@ -123,8 +127,13 @@ pub struct RunLine {
 /// rounding), extra keys and flags.
 pub fn fingerprint(s: &HumanEvalSettings, model: &Path) -> String {
     let name = model_file_name(model);
+    // absent when off, so that folders written before the option resume
+    let own = match s.own_values {
+        0 => String::new(),
+        n => format!(" own_values={n}"),
+    };
     format!(
-        "model={name} bundle_size={} n_tokens={} chunk={} parallel={} extra={} llama={}",
+        "model={name} bundle_size={}{own} n_tokens={} chunk={} parallel={} extra={} llama={}",
         s.bundle_size,
         s.n_tokens,
         s.chunk,
@@ -214,6 +223,11 @@ pub fn check_answer(
         .collect()
 }
 
+/// The own values' check of an answer, where the bundle asked for them.
+pub fn check_own(bundle: &Bundle, output: &str) -> Option<OwnValues> {
+    (!bundle.own_names.is_empty()).then(|| own_values::check(output, &bundle.own_names))
+}
+
 /// An answer line of the tool, with its functions' verdicts: a row.
 pub fn make_row(
     s: &HumanEvalSettings,
@@ -226,19 +240,23 @@ pub fn make_row(
 ) -> Result<Row, String> {
     let config = config_of(policy, *budget, &s.run.extra);
     e.expect(&bundle.id, &config)?;
-    let [t] = e.turns.as_slice() else {
+    let expected = bundle.turns().len();
+    if e.turns.len() != expected {
         return Err(format!(
-            "{} {config}: {} turns answered, expected 1",
+            "{} {config}: {} turns answered, expected {expected}",
             e.id,
             e.turns.len()
         ));
-    };
-    if t.n_gen > s.n_tokens as u64 || (t.n_gen == 0 && !t.stopped) {
-        return Err(format!(
-            "{} {config}: {} tokens generated, expected 1..={} (or an end-of-generation token)",
-            e.id, t.n_gen, s.n_tokens
-        ));
     }
+    for t in &e.turns {
+        if t.n_gen > s.n_tokens as u64 || (t.n_gen == 0 && !t.stopped) {
+            return Err(format!(
+                "{} {config}: {} tokens generated, expected 1..={} (or an end-of-generation token)",
+                e.id, t.n_gen, s.n_tokens
+            ));
+        }
+    }
+    let output = answer_text(e);
     Ok(Row {
         settings: settings.to_string(),
         bundle: bundle.id.clone(),
@@ -251,17 +269,44 @@ pub fn make_row(
         tasks: bundle.task_ids(problems),
         passed: verdicts.iter().map(|v| v.passed).collect(),
         reasons: verdicts.iter().map(|v| v.reason.clone()).collect(),
+        own: check_own(bundle, &output),
         n_prompt: e.n_prompt,
         n_gen: e.n_gen,
-        cut: !t.stopped,
+        cut: e.turns.iter().any(|t| !t.stopped),
         cells_peak: e.cells_peak,
         prefix_len: e.prefix_len,
         evicted: e.evicted,
         compress_events: e.compress_events,
         recalled: e.recalled,
         seconds: e.seconds,
-        output: t.output.clone(),
+        output,
     })
+}
+
+/// --quick: every answer begins with its bundle's forced start (the tool fed it as answer).
+fn check_answer_starts(rows: &[Row], bundles: &BTreeMap<String, Bundle>) -> Result<(), String> {
+    for r in rows {
+        let start = bundles
+            .get(&r.bundle)
+            .and_then(|b| b.answer_start.as_deref());
+        if let Some(start) = start {
+            // the tiny model's byte-fallback SPM vocabulary writes a space as '▁'
+            let written = r.output.replace('\u{2581}', " ");
+            if !written.trim_start().starts_with(start.trim_start()) {
+                return Err(format!(
+                    "--quick: {} {}: the answer does not begin with its forced start:\n{}",
+                    r.bundle, r.config, r.output
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The answer's text: the turns' outputs, a blank line between them.
+pub fn answer_text(e: &EvalAnswer) -> String {
+    let outs: Vec<&str> = e.turns.iter().map(|t| t.output.as_str()).collect();
+    outs.join("\n\n")
 }
 
 /// What the run needs to hand a job to the tool.
@@ -296,15 +341,18 @@ fn run_jobs(c: &Ctx, jobs: &[Job]) -> Result<usize, String> {
         let args = |input: &Path, json: &Path| eval_args(c.s, c.model, config, input, json);
         let tool_runs = batch.run(args, |k, e| {
             let b = &c.bundles[job.bundles[k]];
-            let output = e.turns.first().map(|t| t.output.as_str()).unwrap_or("");
+            let output = answer_text(e);
             let before = children_cpu_seconds();
-            let verdicts = check_answer(c.problems, b, output, c.sandbox);
+            let verdicts = check_answer(c.problems, b, &output, c.sandbox);
             check_cpu += children_cpu_seconds() - before;
             let row = make_row(c.s, c.settings, c.problems, b, cell, e, &verdicts)?;
             append_line(c.file.results, &row)?;
             job_gen += row.n_gen;
+            let own = row.own.as_ref().map_or(String::new(), |o| {
+                format!(", {}/{} own values written again", o.recalled, o.asked)
+            });
             let detail = format!(
-                "{}/{} functions pass, {} + {} tokens{}",
+                "{}/{} functions pass{own}, {} + {} tokens{}",
                 row.passed.iter().filter(|&&p| p).count(),
                 row.passed.len(),
                 row.n_prompt,
@@ -355,6 +403,7 @@ pub fn recheck(
                     let v = check_answer(problems, b, &r.output, sandbox);
                     r.passed = v.iter().map(|v| v.passed).collect();
                     r.reasons = v.into_iter().map(|v| v.reason).collect();
+                    r.own = check_own(b, &r.output);
                     r.checker = CHECKER.to_string();
                 }
             }
@@ -410,6 +459,9 @@ pub fn sandbox_self_check(problems: &[Problem], sandbox: &Sandbox) -> Result<(),
                             split: Split::Tune,
                             problems: g.to_vec(),
                             text: String::new(),
+                            own_names: Vec::new(),
+                            answer_start: None,
+                            follow_up: None,
                         };
                         let verdicts = check_answer(problems, &bundle, &answer, sandbox);
                         for (&i, v) in g.iter().zip(verdicts) {
@@ -571,8 +623,8 @@ pub fn run(
         s.reference = s.policies.first().cloned();
     }
     let settings = fingerprint(&s, &model);
-    let size = s.bundle_size as usize;
-    let bundles = data::all_bundles(&problems, &s.splits, size, s.bundles.map(|n| n as usize));
+    let shape = s.shape();
+    let bundles = data::all_bundles(&problems, &s.splits, shape, s.bundles.map(|n| n as usize));
     if bundles.is_empty() {
         return Err(format!(
             "{} has no problems in the splits asked for",
@@ -580,7 +632,7 @@ pub fn run(
         ));
     }
     let every: BTreeMap<String, Bundle> =
-        data::all_bundles(&problems, &[Split::Tune, Split::Heldout], size, None)
+        data::all_bundles(&problems, &[Split::Tune, Split::Heldout], shape, None)
             .into_iter()
             .map(|b| (b.id.clone(), b))
             .collect();
@@ -626,7 +678,9 @@ pub fn run(
     run_jobs(&c, &jobs)?;
     if s.quick {
         quick_resume_check(&c, &known, round)?;
-        check_cells(&load_lines::<Row>(&results)?)?;
+        let rows = load_lines::<Row>(&results)?;
+        check_cells(&rows)?;
+        check_answer_starts(&rows, &every)?;
     }
     let loaded: Vec<Row> = load_lines(&results)?;
     let stale = loaded.iter().any(|r| r.checker != CHECKER);
@@ -645,11 +699,17 @@ pub fn run(
     write_file(&out.join("summary.md"), &summary)?;
     write_file(&out.join("accuracy.csv"), &rep.csv())?;
     write_file(&out.join("mcnemar.csv"), &rep.mcnemar_csv())?;
+    if s.own_values > 0 {
+        write_file(&out.join("own-values.csv"), &rep.own_csv())?;
+    }
     if s.quick {
         rep.check_shape()?;
     }
     let plots = rep.plot(&out)?;
     println!("{}", rep.table());
+    if s.own_values > 0 {
+        println!("{}", rep.own_table());
+    }
     for p in plots {
         eprintln!("plot:    {}", p.display());
     }

@@ -20,6 +20,7 @@
 pub mod data;
 mod driver;
 pub mod extract;
+pub mod own_values;
 mod report;
 pub mod sandbox;
 #[cfg(test)]
@@ -86,13 +87,18 @@ pub struct HumanEvalCli {
     /// Which problems to run
     #[arg(long, value_enum, default_value_t = SplitArg::Both)]
     pub split: SplitArg,
-    /// Functions asked for in one request [default: 8; --quick: 2]
+    /// Functions asked for in one request [default: 8; with --own-values: 4; --quick: 2]
     #[arg(long, value_name = "N")]
     pub bundle_size: Option<u32>,
+    /// Also ask for a dictionary of N numbers the model chooses itself before the functions and
+    /// for the same numbers written again after them, and check them (0: off; at most 48). Each
+    /// split then also has a second grouping of its problems, so twice the requests
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub own_values: u32,
     /// Bundles per split, the first N [default: all (13 tuning, 8 held-out at size 8); --quick: 1]
     #[arg(long, value_name = "N")]
     pub bundles: Option<u32>,
-    /// Most tokens generated per answer [default: 3000; --quick: 24]
+    /// Most tokens generated per answer [default: 3000; --quick: 24, with --own-values 320]
     #[arg(long, value_name = "N")]
     pub n_tokens: Option<u32>,
     /// Bundles decoded together, one sequence each in one context (at most 30) [default: 8;
@@ -135,6 +141,7 @@ pub struct HumanEvalSettings {
     pub reference: Option<String>,
     pub splits: Vec<Split>,
     pub bundle_size: u32,
+    pub own_values: u32,
     pub bundles: Option<u32>,
     pub n_tokens: u32,
     pub parallel: u32,
@@ -172,9 +179,18 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
         }
         None => policies.first().cloned(),
     };
-    let bundle_size = pick(cli.bundle_size, quick, 2, 8);
+    if cli.own_values > own_values::MAX_VALUES {
+        return Err(format!(
+            "--own-values must be at most {}",
+            own_values::MAX_VALUES
+        ));
+    }
+    let full_size = if cli.own_values > 0 { 4 } else { 8 };
+    let bundle_size = pick(cli.bundle_size, quick, 2, full_size);
     let bundles = cli.bundles.or(quick.then_some(1));
-    let n_tokens = pick(cli.n_tokens, quick, 24, 3000);
+    // --quick with own values: room for the forced dictionary and a few tokens after it
+    let quick_tokens = if cli.own_values > 0 { 320 } else { 24 };
+    let n_tokens = pick(cli.n_tokens, quick, quick_tokens, 3000);
     let parallel = pick(cli.parallel, quick, 2, 8);
     let timeout = pick(cli.timeout, quick, 3.0, 10.0);
     check_at_least_one(&[
@@ -212,6 +228,7 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
         reference,
         splits,
         bundle_size,
+        own_values: cli.own_values,
         bundles,
         n_tokens,
         parallel,
@@ -223,6 +240,15 @@ pub fn resolve(cli: HumanEvalCli, root: &Path) -> Result<HumanEvalSettings, Stri
         out: cli.out,
         run,
     })
+}
+
+impl HumanEvalSettings {
+    pub fn shape(&self) -> data::Shape {
+        data::Shape {
+            size: self.bundle_size as usize,
+            own_values: self.own_values,
+        }
+    }
 }
 
 /// Every cell ([`crate::grid::cells`]).

@@ -25,6 +25,31 @@ pub struct Counts {
     pub bundles: u64,
 }
 
+/// The own values of one split in one cell.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OwnCounts {
+    pub bundles: u64,
+    /// Bundles with every value written again.
+    pub all: u64,
+    pub asked: u64,
+    pub recalled: u64,
+    /// Bundles whose numbers follow a pattern.
+    pub patterned: u64,
+    /// Sum and count of the estimated gaps in tokens between the two dictionaries.
+    pub gap_sum: f64,
+    pub gaps: u64,
+}
+
+impl OwnCounts {
+    pub fn mean_gap(&self) -> f64 {
+        if self.gaps == 0 {
+            f64::NAN
+        } else {
+            self.gap_sum / self.gaps as f64
+        }
+    }
+}
+
 /// The answers of one cell.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Cell {
@@ -36,8 +61,12 @@ pub struct Cell {
     /// Answers cut at --n-tokens.
     pub cut: u64,
     pub evicted: u64,
-    /// Per task id, passed.
+    /// Per "bundle task id", passed.
     pub outcome: BTreeMap<String, bool>,
+    /// Own values per split (requests that asked for them).
+    pub own: BTreeMap<Split, OwnCounts>,
+    /// Per bundle, every own value written again.
+    pub own_outcome: BTreeMap<String, bool>,
     /// The failures' reasons and their counts.
     pub reasons: BTreeMap<String, u64>,
     /// CPU seconds of the tool over its finished invocations for this cell, and the bundles they
@@ -58,8 +87,22 @@ impl Cell {
         self.gen += r.n_gen;
         self.cut += r.cut as u64;
         self.evicted += r.evicted;
+        if let Some(o) = &r.own {
+            let c = self.own.entry(r.split).or_default();
+            c.bundles += 1;
+            c.all += o.all_recalled() as u64;
+            c.asked += o.asked as u64;
+            c.recalled += o.recalled as u64;
+            c.patterned += o.patterned as u64;
+            if let Some(g) = o.gap_tokens(r.n_gen) {
+                c.gap_sum += g;
+                c.gaps += 1;
+            }
+            self.own_outcome.insert(r.bundle.clone(), o.all_recalled());
+        }
         for ((t, &p), why) in r.tasks.iter().zip(&r.passed).zip(&r.reasons) {
-            self.outcome.insert(t.clone(), p);
+            // keyed by bundle too: with own values a problem is asked in two bundles
+            self.outcome.insert(format!("{} {t}", r.bundle), p);
             if !p {
                 let short = why.split(':').next().unwrap_or(why).to_string();
                 *self.reasons.entry(short).or_default() += 1;
@@ -130,17 +173,41 @@ pub struct Paired {
     pub p: f64,
 }
 
-/// `a` against `b` on the task ids both hold (`split`: only that split's).
+/// `a` against `b` on the functions both answered (`split`: only that split's).
 pub fn paired(a: &Cell, b: &Cell, split: Option<Split>) -> Paired {
+    paired_on(&a.outcome, &b.outcome, |k| {
+        split.is_none() || split_of(k) == split
+    })
+}
+
+/// `a` against `b` on the bundles whose own values both checked (`split`: only that split's).
+pub fn paired_own(a: &Cell, b: &Cell, split: Option<Split>) -> Paired {
+    let of = |k: &str| {
+        if k.starts_with("tune-") {
+            Some(Split::Tune)
+        } else if k.starts_with("heldout-") {
+            Some(Split::Heldout)
+        } else {
+            None
+        }
+    };
+    paired_on(&a.own_outcome, &b.own_outcome, |k| {
+        split.is_none() || of(k) == split
+    })
+}
+
+fn paired_on(
+    a: &BTreeMap<String, bool>,
+    b: &BTreeMap<String, bool>,
+    keep: impl Fn(&str) -> bool,
+) -> Paired {
     let (mut pairs, mut lost, mut won) = (0, 0, 0);
-    for (t, &pa) in &a.outcome {
-        let Some(&pb) = b.outcome.get(t) else {
+    for (t, &pa) in a {
+        let Some(&pb) = b.get(t) else {
             continue;
         };
-        if let Some(sp) = split {
-            if split_of(t) != Some(sp) {
-                continue;
-            }
+        if !keep(t) {
+            continue;
         }
         pairs += 1;
         lost += (pa && !pb) as u64;
@@ -154,8 +221,9 @@ pub fn paired(a: &Cell, b: &Cell, split: Option<Split>) -> Paired {
     }
 }
 
-/// The split of a task id "HumanEval/N".
-fn split_of(task: &str) -> Option<Split> {
+/// The split of an outcome key "bundle HumanEval/N".
+fn split_of(key: &str) -> Option<Split> {
+    let task = key.rsplit(' ').next()?;
     let n: u32 = task.strip_prefix("HumanEval/")?.parse().ok()?;
     Some(if n < super::data::HELDOUT_FROM {
         Split::Tune
@@ -317,6 +385,10 @@ impl Report {
     /// The paired comparisons: for each, per split and over the splits run, the functions the
     /// second cell lost (−) and won (+) against the first, and the exact McNemar p.
     pub fn mcnemar_table(&self) -> String {
+        self.paired_table(paired, "functions")
+    }
+
+    fn paired_table(&self, pair: fn(&Cell, &Cell, Option<Split>) -> Paired, what: &str) -> String {
         let mut t = String::from("| comparison | budget |");
         for sp in &self.s.splits {
             let _ = write!(t, " {} |", sp.title());
@@ -334,19 +406,80 @@ impl Report {
             let (cx, cy) = (self.get(&x.0, x.1), self.get(&y.0, y.1));
             let _ = write!(t, "| {label} | {b} |");
             for &sp in &self.s.splits {
-                let _ = write!(t, " {} |", fmt_paired(&paired(&cx, &cy, Some(sp))));
+                let _ = write!(t, " {} |", fmt_paired(&pair(&cx, &cy, Some(sp))));
             }
             if both {
-                let _ = write!(t, " {} |", fmt_paired(&paired(&cx, &cy, None)));
+                let _ = write!(t, " {} |", fmt_paired(&pair(&cx, &cy, None)));
             }
             t.push('\n');
         }
-        t.push_str(
-            "\nOn the functions both cells answered: −k the second cell failed where the first passed, \
+        let _ = write!(
+            t,
+            "\nOn the {what} both cells answered: −k the second cell failed where the first passed, \
              +k the other way round; p: two-sided exact McNemar test (binomial on the discordant \
-             pairs).\n",
+             pairs).\n"
         );
         t
+    }
+
+    /// Per cell and split, the own values: requests with every value written again [Wilson 95%],
+    /// values written again, patterned dictionaries and the mean gap between the two.
+    pub fn own_table(&self) -> String {
+        let mut t = String::from("| policy | budget |");
+        for sp in &self.s.splits {
+            let _ = write!(
+                t,
+                " all values again, {0} | values again, {0} | patterned, {0} |",
+                sp.title()
+            );
+        }
+        t.push_str(" gap (tokens) |\n| --- | --- |");
+        for _ in 0..3 * self.s.splits.len() + 1 {
+            t.push_str(" --- |");
+        }
+        t.push('\n');
+        for (p, b) in &self.per.cells {
+            let c = self.get(p, *b);
+            let name = if p == "none" { "none (full cache)" } else { p };
+            let _ = write!(t, "| {name} | {}{} |", budget_label(*b), self.mark(&c, *b));
+            let mut gap = (0.0, 0u64);
+            for sp in &self.s.splits {
+                let x = c.own.get(sp).cloned().unwrap_or_default();
+                let _ = write!(
+                    t,
+                    " {} | {} | {}/{} |",
+                    fmt_accuracy(x.all, x.bundles),
+                    if x.asked == 0 {
+                        "–".to_string()
+                    } else {
+                        format!("{:.1}%", 100.0 * x.recalled as f64 / x.asked as f64)
+                    },
+                    x.patterned,
+                    x.bundles
+                );
+                gap = (gap.0 + x.gap_sum, gap.1 + x.gaps);
+            }
+            if gap.1 == 0 {
+                t.push_str(" – |\n");
+            } else {
+                let _ = writeln!(t, " {:.0} |", gap.0 / gap.1 as f64);
+            }
+        }
+        let _ = write!(
+            t,
+            "\nAll values again: requests whose `codes_again()` gives every one of the {} numbers \
+             its `CODES` chose [Wilson 95% interval] (requests/run); values again: of all numbers \
+             asked for; patterned: requests whose numbers are sorted or step by a constant (they \
+             could be written again without remembering them); gap: mean estimated tokens from \
+             the end of `CODES` to `codes_again()`.\n",
+            self.s.own_values
+        );
+        t
+    }
+
+    /// [`Self::mcnemar_table`] on the requests' own values (every value written again or not).
+    pub fn own_mcnemar_table(&self) -> String {
+        self.paired_table(paired_own, "requests")
     }
 
     /// --quick: the table has a row per cell and a column per split, and every cell every
@@ -369,6 +502,13 @@ impl Report {
             let c = self.get(p, *b);
             for &sp in &self.s.splits {
                 let x = c.split(sp);
+                let own = c.own.get(&sp).map_or(0, |o| o.bundles);
+                if self.s.own_values > 0 && own != per {
+                    return Err(format!(
+                        "--quick: {p} at {b}, {}: own values checked in {own} bundles, expected {per}",
+                        sp.as_str()
+                    ));
+                }
                 if x.bundles != per || x.n != per * self.s.bundle_size as u64 {
                     return Err(format!(
                         "--quick: {p} at {b}, {}: {} bundles ({} functions), expected {per} of {}",
@@ -411,6 +551,32 @@ impl Report {
                     c.cpu_s,
                     c.cpu_per_bundle(),
                     c.flagged(*b, self.s.min_ratio)
+                );
+            }
+        }
+        t
+    }
+
+    pub fn own_csv(&self) -> String {
+        let mut t = String::from(
+            "policy,budget,split,all_again,bundles,wilson_lo,wilson_hi,values_again,values,patterned,mean_gap_tokens\n",
+        );
+        for (p, b) in &self.per.cells {
+            let c = self.get(p, *b);
+            for &sp in &self.s.splits {
+                let x = c.own.get(&sp).cloned().unwrap_or_default();
+                let (lo, hi) = wilson(x.all, x.bundles);
+                let _ = writeln!(
+                    t,
+                    "{},{b},{},{},{},{lo:.4},{hi:.4},{},{},{},{:.1}",
+                    csv_field(p),
+                    sp.as_str(),
+                    x.all,
+                    x.bundles,
+                    x.recalled,
+                    x.asked,
+                    x.patterned,
+                    x.mean_gap()
                 );
             }
         }
@@ -473,6 +639,17 @@ impl Report {
         m.push_str(&self.table());
         m.push_str("\n## Paired comparisons\n\n");
         m.push_str(&self.mcnemar_table());
+        if s.own_values > 0 {
+            let _ = write!(
+                m,
+                "\n## Own values\n\nEach request also asked for {} numbers of the model's own \
+                 choosing before the functions, and for the same numbers again after them.\n\n",
+                s.own_values
+            );
+            m.push_str(&self.own_table());
+            m.push_str("\n### Paired comparisons of the own values\n\n");
+            m.push_str(&self.own_mcnemar_table());
+        }
         m.push_str("\n## Per cell\n\n");
         m.push_str(&self.detail_table());
         m.push_str(

@@ -330,7 +330,7 @@ fn extracted_answers_run_in_the_sandbox() {
         .map(|p| format!("{}{}", p.prompt, p.canonical_solution))
         .collect();
     let answer = answer_of(&blocks);
-    let b = &bundles(&problems, Split::Tune, 8, None)[0];
+    let b = &bundles(&problems, Split::Tune, Shape::functions(8), None)[0];
     let v = super::driver::check_answer(&problems, b, &answer, &sb);
     assert_eq!(v.len(), 2);
     assert!(v.iter().all(|v| v.passed), "{v:?}");
@@ -451,16 +451,31 @@ fn problems_load_in_number_order_and_split_at_100() {
 #[test]
 fn bundles_are_deterministic_and_interleave_the_splits() {
     let ps = parse(&fixture()).unwrap();
-    let b = all_bundles(&ps, &[Split::Tune, Split::Heldout], 1, None);
+    let b = all_bundles(
+        &ps,
+        &[Split::Tune, Split::Heldout],
+        Shape::functions(1),
+        None,
+    );
     let ids: Vec<&str> = b.iter().map(|x| x.id.as_str()).collect();
     assert_eq!(ids, ["tune-0", "heldout-0", "tune-1", "heldout-1"]);
-    let b2 = all_bundles(&ps, &[Split::Tune, Split::Heldout], 2, Some(1));
+    let b2 = all_bundles(
+        &ps,
+        &[Split::Tune, Split::Heldout],
+        Shape::functions(2),
+        Some(1),
+    );
     assert_eq!(b2.len(), 2);
     assert_eq!(b2[0].task_ids(&ps), ["HumanEval/0", "HumanEval/1"]);
     assert_eq!(b2[1].task_ids(&ps), ["HumanEval/100", "HumanEval/101"]);
     assert_eq!(
         b2,
-        all_bundles(&ps, &[Split::Tune, Split::Heldout], 2, Some(1))
+        all_bundles(
+            &ps,
+            &[Split::Tune, Split::Heldout],
+            Shape::functions(2),
+            Some(1)
+        )
     );
     // the request: every prompt in order in its own block, the entry points named
     let t = &b2[0].text;
@@ -470,7 +485,7 @@ fn bundles_are_deterministic_and_interleave_the_splits() {
     );
     assert_eq!(t.matches("```python\n").count(), 2);
     assert!(t.contains("```python\ndef double(x):\n    \"\"\"Problem 0.\"\"\"\n```"));
-    let one = &all_bundles(&ps, &[Split::Tune], 1, None)[0].text;
+    let one = &all_bundles(&ps, &[Split::Tune], Shape::functions(1), None)[0].text;
     assert!(one.starts_with("Write the Python function below."));
     // the tool's input line and the digest follow the request
     let v: serde_json::Value = serde_json::from_str(&b2[0].to_jsonl()).unwrap();
@@ -479,7 +494,7 @@ fn bundles_are_deterministic_and_interleave_the_splits() {
     assert_eq!(b2[0].digest().len(), 16);
     assert_ne!(b2[0].digest(), b2[1].digest());
     // the last bundle of a split may be smaller
-    let b3 = bundles(&ps, Split::Tune, 3, None);
+    let b3 = bundles(&ps, Split::Tune, Shape::functions(3), None);
     assert_eq!(b3.len(), 1);
     assert_eq!(b3[0].problems.len(), 2);
 }
@@ -608,7 +623,7 @@ fn verdicts(p: &[bool]) -> Vec<Verdict> {
 fn tool_lines_become_rows() {
     let s = settings(&["--bundle-size", "2", "--n-tokens", "100"]).unwrap();
     let ps = parse(&fixture()).unwrap();
-    let b = &bundles(&ps, Split::Tune, 2, None)[0];
+    let b = &bundles(&ps, Split::Tune, Shape::functions(2), None)[0];
     let cell = ("beacon/score=prob".to_string(), 256);
     let e = answer(b, "beacon:256/score=prob", 300, 100, false);
     let r = make_row(&s, "S", &ps, b, &cell, &e, &verdicts(&[true, false])).unwrap();
@@ -657,6 +672,7 @@ fn row(b: &Bundle, ps: &[Problem], policy: &str, budget: u32, passed: &[bool], t
         budget,
         config: crate::args::config_of(policy, budget, ""),
         checker: CHECKER.into(),
+        own: None,
         tasks: b.task_ids(ps),
         passed: passed.to_vec(),
         reasons: verdicts(passed).into_iter().map(|v| v.reason).collect(),
@@ -684,7 +700,12 @@ fn row(b: &Bundle, ps: &[Problem], policy: &str, budget: u32, passed: &[bool], t
 #[test]
 fn resume_plans_what_is_missing_and_refuses_other_settings() {
     let ps = parse(&fixture()).unwrap();
-    let bs = all_bundles(&ps, &[Split::Tune, Split::Heldout], 1, None);
+    let bs = all_bundles(
+        &ps,
+        &[Split::Tune, Split::Heldout],
+        Shape::functions(1),
+        None,
+    );
     let known: BTreeMap<String, String> = bs.iter().map(|b| (b.id.clone(), b.digest())).collect();
     let cells = vec![("none".to_string(), 0), ("rkv".to_string(), 64)];
     let all = plan(&bs, &known, &cells, &[], "S", 2).unwrap();
@@ -771,7 +792,7 @@ fn resume_plans_what_is_missing_and_refuses_other_settings() {
 #[test]
 fn quick_checks_the_cells_the_tool_reports() {
     let ps = parse(&fixture()).unwrap();
-    let b = &all_bundles(&ps, &[Split::Tune], 2, None)[0];
+    let b = &all_bundles(&ps, &[Split::Tune], Shape::functions(2), None)[0];
     let full = row(b, &ps, "none", 0, &[true, true], 500);
     let comp = row(b, &ps, "rkv", 64, &[true, false], 500);
     assert!(check_cells(&[full.clone(), comp.clone()]).is_ok());
@@ -805,7 +826,7 @@ fn tables_show_both_splits_flags_and_paired_tests() {
     ])
     .unwrap();
     let ps = parse(&fixture()).unwrap();
-    let bs = all_bundles(&ps, &s.splits, 2, None);
+    let bs = all_bundles(&ps, &s.splits, Shape::functions(2), None);
     let cells = cells(&s);
     let mut rows = Vec::new();
     for b in &bs {
@@ -871,4 +892,238 @@ fn tables_show_both_splits_flags_and_paired_tests() {
     assert!(full_only.check_shape().is_ok());
     let with_empty = Report::new(&q, &cells, &rows, &[]);
     assert!(with_empty.check_shape().is_err());
+}
+
+// ---- own values ------------------------------------------------------------------------------
+
+#[test]
+fn own_values_names_are_distinct_and_differ_by_bundle() {
+    use super::own_values::names;
+    let a = names("tune-0", 12);
+    let mut d = a.clone();
+    d.sort_unstable();
+    d.dedup();
+    assert_eq!(d.len(), 12);
+    assert_eq!(a, names("tune-0", 12));
+    assert_ne!(a, names("tune-1", 12));
+    assert_eq!(names("x", 100).len(), 48);
+}
+
+fn own_answer(codes: &str, again: &str) -> String {
+    format!(
+        "Here it is.\n\n```python\nCODES = {{\n{codes}\n}}\n\n\ndef double(x):\n    return 2 * x\n\n\ndef codes_again():\n    return {{\n{again}\n    }}\n```\n"
+    )
+}
+
+#[test]
+fn own_values_check_reads_both_dictionaries() {
+    use super::own_values::check;
+    let names = ["amber", "basil", "cedar"];
+    let ok = own_answer(
+        "    \"amber\": 417,\n    \"basil\": 902,  # mine\n    'cedar': 135,",
+        "        \"cedar\": 135,\n        \"amber\": 417,\n        \"basil\": 902,",
+    );
+    let o = check(&ok, &names);
+    assert!(o.all_recalled(), "{o:?}");
+    assert_eq!(
+        (o.asked, o.defined, o.recalled, o.patterned),
+        (3, 3, 3, false)
+    );
+    assert!(o.gap_chars > 20 && o.gap_chars < o.answer_chars);
+    assert!(
+        (o.gap_tokens(100).unwrap() - 100.0 * o.gap_chars as f64 / o.answer_chars as f64).abs()
+            < 1e-9
+    );
+    // one number written differently
+    let wrong = own_answer(
+        "    \"amber\": 417,\n    \"basil\": 902,\n    \"cedar\": 135,",
+        "        \"amber\": 417,\n        \"basil\": 903,\n        \"cedar\": 135,",
+    );
+    let o = check(&wrong, &names);
+    assert!(!o.all_recalled());
+    assert_eq!(o.recalled, 2);
+    assert_eq!(o.reason, "2 of 3 values written again");
+    // codes_again referring to CODES gives no literals
+    let lazy = format!("{}\n```\n", &ok[..ok.find("    return {").unwrap()]) + "";
+    let lazy = lazy.replace(
+        "def codes_again():\n",
+        "def codes_again():\n    return dict(CODES)\n",
+    );
+    let o = check(&lazy, &names);
+    assert_eq!(
+        (o.recalled, o.reason.as_str()),
+        (0, "codes_again types out no dictionary")
+    );
+    // numbers typed out in the docstring count (the model writes them there before `return CODES`)
+    let doc = ok.replace(
+        "    return {\n",
+        "    \"\"\"\n    >>> codes_again()\n    {\n",
+    );
+    let doc = doc.replace("    }\n```", "    }\n    \"\"\"\n    return CODES\n```");
+    assert!(check(&doc, &names).all_recalled(), "{doc}");
+    // a dictionary after the function is not its answer
+    let after = ok.replace("    return {\n", "    return None\nOTHER = {\n");
+    assert_eq!(check(&after, &names).recalled, 0);
+    // missing pieces
+    assert_eq!(
+        check("def codes_again():\n    return {}", &names).reason,
+        "no CODES dictionary"
+    );
+    let no_fn = ok.replace("def codes_again", "def other");
+    assert_eq!(check(&no_fn, &names).reason, "no codes_again after CODES");
+    let short = own_answer(
+        "    \"amber\": 417,\n    \"basil\": 902,",
+        "        \"amber\": 417,\n        \"basil\": 902,",
+    );
+    let o = check(&short, &names);
+    assert!(!o.all_recalled());
+    assert_eq!(o.reason, "CODES defines 2 of 3 names");
+    let twice = own_answer(
+        "    \"amber\": 417,\n    \"basil\": 417,\n    \"cedar\": 135,",
+        "        \"amber\": 417,\n        \"basil\": 417,\n        \"cedar\": 135,",
+    );
+    assert_eq!(check(&twice, &names).reason, "CODES repeats a number");
+    // counting up is a pattern; a mention of CODES in prose is not the assignment
+    let up = own_answer(
+        "    \"amber\": 100,\n    \"basil\": 200,\n    \"cedar\": 300,",
+        "        \"amber\": 100,\n        \"basil\": 200,\n        \"cedar\": 300,",
+    );
+    let up = format!("The CODES = {{}} below.\n{up}");
+    let o = check(&up, &names);
+    assert!(o.patterned && o.all_recalled(), "{o:?}");
+}
+
+#[test]
+fn own_values_bundles_ask_for_the_dictionary_and_group_twice() {
+    let ps = parse(&fixture()).unwrap();
+    let shape = Shape {
+        size: 1,
+        own_values: 5,
+    };
+    let b = bundles(&ps, Split::Tune, shape, None);
+    let ids: Vec<&str> = b.iter().map(|x| x.id.as_str()).collect();
+    assert_eq!(ids, ["tune-0", "tune-1", "tune-s0", "tune-s1"]);
+    assert_eq!(b[2].task_ids(&ps), ["HumanEval/0"]);
+    let t = &b[0].text;
+    assert!(t.contains("dictionary `CODES` of 5 numbers, already written for you"));
+    let follow = b[0].follow_up.as_deref().unwrap();
+    assert!(follow.contains("function `codes_again()`"));
+    assert!(follow.contains(&format!("return {{\"{}\": ...", b[0].own_names[0])));
+    assert_eq!(b[0].turns(), [t.as_str(), follow]);
+    assert!(t.contains("Function 1 of 1: `double`"));
+    assert_eq!(b[0].own_names.len(), 5);
+    // the numbers are in the answer's start, never in the request
+    let start = b[0].answer_start.as_deref().unwrap();
+    let nums = super::own_values::numbers("tune-0", 5);
+    for (n, v) in b[0].own_names.iter().zip(&nums) {
+        assert!(start.contains(&format!("    \"{n}\": {v},\n")));
+        assert!(!t.contains(&v.to_string()));
+    }
+    assert!(start.starts_with("```python\nCODES = {\n"));
+    let v: serde_json::Value = serde_json::from_str(&b[0].to_jsonl()).unwrap();
+    assert_eq!(v["answer_starts"][0], start);
+    assert_eq!(v["turns"][1], follow);
+    // an answer that copies its start and writes the numbers again passes the check
+    let again: Vec<String> = b[0]
+        .own_names
+        .iter()
+        .zip(&nums)
+        .map(|(n, v)| format!("\"{n}\": {v}"))
+        .collect();
+    let answer = format!(
+        "{start}def double(x):\n    return 2 * x\n\n\ndef codes_again():\n    return {{{}}}\n```\n",
+        again.join(", ")
+    );
+    assert!(super::own_values::check(&answer, &b[0].own_names).all_recalled());
+    assert_ne!(b[0].digest(), b[2].digest());
+    assert_ne!(nums, super::own_values::numbers("tune-1", 5));
+    let many = super::own_values::numbers("x", 48);
+    let mut d = many.clone();
+    d.sort_unstable();
+    d.dedup();
+    assert_eq!(d.len(), 48);
+    assert!(many.iter().all(|v| (100..=999).contains(v)));
+    let s = settings(&["--own-values", "12"]).unwrap();
+    assert_eq!((s.own_values, s.bundle_size), (12, 4));
+    assert!(settings(&["--own-values", "49"])
+        .unwrap_err()
+        .contains("--own-values"));
+    assert!(fingerprint(&s, Path::new("/m/q.gguf")).contains(" own_values=12 "));
+    assert!(!fingerprint(&settings(&[]).unwrap(), Path::new("/m/q.gguf")).contains("own_values"));
+}
+
+#[test]
+fn own_values_tables_count_and_pair_the_requests() {
+    let mk = |bundle: &str, policy: &str, budget: u32, recalled: u32| Row {
+        settings: "s".into(),
+        bundle: bundle.into(),
+        split: Split::Tune,
+        digest: "d".into(),
+        policy: policy.into(),
+        budget,
+        config: "c".into(),
+        checker: CHECKER.into(),
+        tasks: vec!["HumanEval/0".into()],
+        passed: vec![true],
+        reasons: vec![String::new()],
+        own: Some(super::own_values::OwnValues {
+            asked: 4,
+            defined: 4,
+            recalled,
+            patterned: false,
+            gap_chars: 50,
+            answer_chars: 100,
+            reason: if recalled == 4 {
+                String::new()
+            } else {
+                "x".into()
+            },
+        }),
+        n_prompt: 10,
+        n_gen: 200,
+        cut: false,
+        cells_peak: 0,
+        prefix_len: 0,
+        evicted: 0,
+        compress_events: 0,
+        recalled: 0,
+        seconds: 0.0,
+        output: String::new(),
+    };
+    let mut s = settings(&[
+        "--own-values",
+        "4",
+        "--split",
+        "tune",
+        "--budgets",
+        "64",
+        "--policies",
+        "streaming",
+    ])
+    .unwrap();
+    s.policies = vec!["streaming".into()];
+    let cells = vec![("none".to_string(), 0), ("streaming".to_string(), 64)];
+    let rows = vec![
+        mk("tune-0", "none", 0, 4),
+        mk("tune-1", "none", 0, 4),
+        mk("tune-0", "streaming", 64, 4),
+        mk("tune-1", "streaming", 64, 1),
+    ];
+    let rep = Report::new(&s, &cells, &rows, &[]);
+    let full = rep.get("none", 0);
+    assert_eq!(full.own[&Split::Tune].all, 2);
+    assert_eq!(full.own[&Split::Tune].mean_gap(), 100.0);
+    let st = rep.get("streaming", 64);
+    assert_eq!(
+        (st.own[&Split::Tune].all, st.own[&Split::Tune].recalled),
+        (1, 5)
+    );
+    let p = super::report::paired_own(&full, &st, None);
+    assert_eq!((p.pairs, p.lost, p.won), (2, 1, 0));
+    let t = rep.own_table();
+    assert!(t.contains("| streaming | 64"), "{t}");
+    assert!(t.contains("62.5%"), "{t}");
+    assert!(rep.own_mcnemar_table().contains("−1 +0, p=1.00 (n=2)"));
+    // the functions, asked in both bundles, stay two pairs
+    assert_eq!(paired(&full, &st, None).pairs, 2);
 }
