@@ -384,6 +384,12 @@ uint64_t beaconkv_row_size(int32_t type, int64_t n);
  * n_ubatch, and beaconkv_physical_cells gives it the matching slack. */
 int32_t beaconkv_max_ubatch(const beaconkv_params * params);
 
+/* Prompt cells a sequence may hold beside its budget under params: prompt_max (0: the budget) with
+ * prompt=keep or window, 0 with prompt=inside; a sequence holds at most budget + this many cells
+ * between passes (plus the ubatch being placed). BEACONKV_ERR_NULL / BEACONKV_ERR_INVALID for NULL
+ * / invalid params. */
+int32_t beaconkv_prompt_room(const beaconkv_params * params);
+
 /* Physical KV cells the host should allocate, all streams together (llama.cpp's n_ctx_cells), for
  * n_seq sequences, ubatches of n_ubatch tokens (normally clamped to beaconkv_max_ubatch) and a
  * unified cache (one stream) or one stream per sequence.

@@ -507,6 +507,18 @@ fn sizing_entry_points() {
         assert_eq!(beaconkv_max_ubatch(&params("budget=2048")), 256);
         assert_eq!(beaconkv_max_ubatch(&params("none")), 0);
         assert_eq!(beaconkv_max_ubatch(std::ptr::null()), BEACONKV_ERR_NULL);
+        // the prompt's room beside the budget: the budget by default, prompt_max when set
+        assert_eq!(beaconkv_prompt_room(&p), 0);
+        assert_eq!(beaconkv_prompt_room(&params("budget=256")), 256);
+        assert_eq!(
+            beaconkv_prompt_room(&params("budget=256,prompt_max=1024")),
+            1024
+        );
+        assert_eq!(
+            beaconkv_prompt_room(&params("budget=256,prompt=window,prompt_max=100")),
+            100
+        );
+        assert_eq!(beaconkv_prompt_room(std::ptr::null()), BEACONKV_ERR_NULL);
         assert_eq!(beaconkv_physical_cells(&p, 1, 32, false, 8192, 0), 288);
         assert_eq!(beaconkv_physical_cells(&p, 4, 32, false, 32768, 0), 4 * 288);
         assert_eq!(
@@ -527,6 +539,7 @@ fn sizing_entry_points() {
         bad.span = 2;
         assert_eq!(beaconkv_physical_cells(&bad, 1, 32, false, 8192, 0), 0);
         assert_eq!(beaconkv_max_ubatch(&bad), BEACONKV_ERR_INVALID);
+        assert_eq!(beaconkv_prompt_room(&bad), BEACONKV_ERR_INVALID);
     }
 }
 

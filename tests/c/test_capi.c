@@ -437,6 +437,7 @@ static void test_config(void) {
     beaconkv_params b256 = beaconkv_params_default();
     CHECK(beaconkv_params_parse("budget=256", &b256, err, sizeof(err)) == BEACONKV_OK, "%s", err);
     CHECK(beaconkv_max_ubatch(&b256) == 32, "max ubatch %d", beaconkv_max_ubatch(&b256));
+    CHECK(beaconkv_prompt_room(&b256) == 256, "prompt room %d", beaconkv_prompt_room(&b256));
     CHECK(beaconkv_physical_cells(&b256, 1, 32, false, 8192, 0) == 544, "cells");
     CHECK(beaconkv_physical_cells(&b256, 2, 32, false, 8192, 0) == 1088, "split cells");
     CHECK(beaconkv_physical_cells(&b256, 2, 32, true, 8192, 0) == 1056, "unified cells");
@@ -499,6 +500,7 @@ static void test_nulls(void) {
     CHECK(beaconkv_check_flag_value("--kv-budget", NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "flag value");
     CHECK(beaconkv_spec_check(NULL, err, sizeof(err)) == BEACONKV_ERR_NULL, "spec check");
     CHECK(beaconkv_max_ubatch(NULL) == BEACONKV_ERR_NULL, "max ubatch");
+    CHECK(beaconkv_prompt_room(NULL) == BEACONKV_ERR_NULL, "prompt room");
     CHECK(beaconkv_physical_cells(NULL, 1, 32, false, 8192, 0) == 0, "physical cells");
     CHECK(beaconkv_seq_override_check(NULL, 0, -1, 0, err, sizeof(err)) == BEACONKV_ERR_NULL, "override check");
     CHECK(beaconkv_seq_override(NULL, 0, 0, -1, 0) == BEACONKV_ERR_NULL, "override ctx");

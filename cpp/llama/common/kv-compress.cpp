@@ -133,7 +133,7 @@ bool common_kv_compress_attach(llama_context * ctx, const common_params & params
     beaconkv_refresh_layers(bkv);
     LOG_INF("%s: K is scored: %s\n", __func__, common_kv_compress_scoring_path(ctx).c_str());
     // prompt=keep|window: prompt cells beyond the budget (prompt_max, 0 = the budget)
-    const int32_t room = bp.prompt_mode == BEACONKV_PROMPT_INSIDE ? 0 : (bp.prompt_max > 0 ? bp.prompt_max : bp.budget);
+    const int32_t room = std::max(0, beaconkv_prompt_room(&bp));
     LOG_INF("%s: per sequence: logical context %u tokens, at most %d cells kept beside %d of the prompt; physical "
             "cells per stream: %u\n",
             __func__, llama_n_ctx_seq(ctx), bp.policy == BEACONKV_POLICY_NONE ? (int32_t) llama_n_ctx_seq(ctx) : bp.budget,

@@ -55,6 +55,16 @@ pub unsafe extern "C" fn beaconkv_max_ubatch(params: *const beaconkv_params) -> 
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn beaconkv_prompt_room(params: *const beaconkv_params) -> i32 {
+    boundary(|| {
+        Ok(match params.arg()?.to_params() {
+            Ok(p) => clamp_len(p.prompt_room()),
+            Err(_) => BEACONKV_ERR_INVALID,
+        })
+    })
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn beaconkv_physical_cells(
     params: *const beaconkv_params,
     n_seq: i32,
