@@ -14,6 +14,7 @@
 #   make test-server     the live llama-server / llama-cli tests (tests/server, pytest)
 #   make soak            SOAK_MINUTES (2) of mixed traffic on a 4-slot compressed llama-server, invariants checked (report in build/soak/)
 #   make gpu-check-dry-run   scripts/gpu-check.sh packed, built and run on the CPU (docs/gpu.md; make test runs it on build/bin's tools)
+#   make cuda-compile-check  the CUDA build of the patched tree compiled with nvcc from PyPI wheels, no GPU (optional, ~1 h)
 #   make test-upstream-server   upstream's tools/server/tests against the patched llama-server, plain and compressed (about 13 minutes)
 #   make bench           the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks     task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
@@ -155,6 +156,9 @@ clean:
 # GPU_CHECK_PREBUILT=DIR (as make test sets it) configures the pack's tree without building it and
 # runs DIR's tools
 GPU_CHECK_PREBUILT ?=
-.PHONY: gpu-check-dry-run
+.PHONY: gpu-check-dry-run cuda-compile-check
+# optional, not in make test or CI: ggml-cuda, libllama and libllama-common with GGML_CUDA=ON (docs/gpu.md)
+cuda-compile-check: $(VENV)/bin/python
+	scripts/cuda-compile-check.sh --jobs $(JOBS)
 gpu-check-dry-run:
 	GPU_CHECK_JOBS=$(JOBS) GPU_CHECK_PREBUILT=$(GPU_CHECK_PREBUILT) nice -n 19 scripts/gpu-check.sh dry-run
