@@ -230,6 +230,236 @@ def budgets_pairs() -> str:
     return humaneval_pairs("humaneval-budgets", pairs)
 
 
+def own_values_rows(name: str) -> list:
+    """The tuning rows of a `beaconkv-bench humaneval --own-values` folder that checked own values."""
+    with open(RESULTS / name / "results.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    return [r for r in rows if r.get("split") == "tune" and r.get("own")]
+
+
+def own_values_table(name: str) -> str:
+    """Per cell: requests with every own value written again, values written again, the gap,
+    pass@1 of the functions, answers cut, generated tokens."""
+    rows = own_values_rows(name)
+    cells = {}
+    for r in rows:
+        o = r["own"]
+        c = cells.setdefault((r["policy"], int(r["budget"])), dict.fromkeys(
+            ("bundles", "all", "values", "asked", "gap", "gaps", "passed", "n", "cut", "gen"), 0))
+        c["bundles"] += 1
+        c["all"] += o["asked"] > 0 and o["reason"] == ""
+        c["values"] += o["recalled"]
+        c["asked"] += o["asked"]
+        if o["gap_chars"] > 0 and o["answer_chars"] > 0:
+            c["gap"] += r["n_gen"] * o["gap_chars"] / o["answer_chars"]
+            c["gaps"] += 1
+        c["passed"] += sum(r["passed"])
+        c["n"] += len(r["passed"])
+        c["cut"] += bool(r["cut"])
+        c["gen"] += r["n_gen"]
+    out = ["| policy | budget | requests | every value written again | values written again | gap (tokens) | "
+           "functions pass@1 | answers cut | generated tokens per request |",
+           "| --- | ---: | ---: | --- | ---: | ---: | --- | ---: | ---: |"]
+    for (policy, budget), c in cells.items():
+        b = "–" if policy == "none" else str(budget)
+        gap = thousands(c["gap"] / c["gaps"]) if c["gaps"] else "–"
+        out.append(f"| {policy_label(policy)} | {b} | {c['bundles']} | {pct(c['all'], c['bundles'])} | "
+                   f"{100 * c['values'] / c['asked']:.1f}% | {gap} | {pct(c['passed'], c['n'])} | {c['cut']} | "
+                   f"{thousands(c['gen'] / c['bundles'])} |")
+    return "\n".join(out) + "\n"
+
+
+def own_values_pairs(name: str, keys: str) -> str:
+    """Paired comparisons on the requests (every own value written again or not): the full cache
+    against each compressed cell, the default against each baseline and beacons against the recent
+    queries alone with each scorer, at every budget measured (`keys`: the settings every compressed
+    policy carries)."""
+    outcome, recalled = {}, {}
+    for r in own_values_rows(name):
+        o = r["own"]
+        key = (r["policy"], int(r["budget"]))
+        outcome.setdefault(key, {})[r["bundle"]] = o["asked"] > 0 and o["reason"] == ""
+        recalled.setdefault(key, {})[r["bundle"]] = o["recalled"]
+    budgets = sorted({b for (_, b) in outcome if b > 0})
+    pairs = []
+    for budget in budgets:
+        cell = lambda p: (f"{p}/{keys}", budget)  # noqa: E731
+        for p in ("beacon/score=prob", "streaming", "rkv", "recent/score=prob", "beacon/score=logit"):
+            pairs.append((("none", 0), cell(p)))
+        for p in ("streaming", "rkv", "recent/score=prob", "beacon/score=logit"):
+            pairs.append((cell("beacon/score=prob"), cell(p)))
+        pairs.append((cell("beacon/score=logit"), cell("recent/score=logit")))
+        # the method's own ablation: the archive on, more beacons
+        pairs.append((cell("beacon/score=prob"), cell("beacon+archive/score=prob")))
+        for n in (8, 32):
+            pairs.append((cell("beacon/score=prob"), (f"beacon/score=prob/{keys}/beacons={n}", budget)))
+    out = ["| first | second | budget | requests | only the first writes every value | only the second does | "
+           "exact McNemar | the first writes more values | the second does | sign test |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    for first, second in pairs:
+        a, b = outcome.get(first), outcome.get(second)
+        if a is None or b is None:
+            continue  # a cell not measured yet
+        both = sorted(set(a) & set(b))
+        lost = sum(1 for t in both if a[t] and not b[t])
+        won = sum(1 for t in both if b[t] and not a[t])
+        # the sign test on the number of values each request wrote again: exact binomial on the
+        # requests where the two differ, so it is the same test as McNemar on a finer outcome
+        ra, rb = recalled[first], recalled[second]
+        more = sum(1 for t in both if ra[t] > rb[t])
+        fewer = sum(1 for t in both if ra[t] < rb[t])
+        out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
+                   f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
+                   f"{p_value(mcnemar_exact(more, fewer))} |")
+    return "\n".join(out) + "\n"
+
+
+def eval_rows(name: str, file: str) -> list:
+    """The rows of one beaconkv-eval JSON file that `beaconkv-bench` wrote into a results folder."""
+    with open(RESULTS / name / file) as f:
+        return json.load(f)["results"]
+
+
+def config_label(config: str) -> str:
+    """`beacon:256/score=logit` -> `beacon` score=logit; the budget goes to the table's columns."""
+    if config == "none":
+        return "none (full cache)"
+    head, _, rest = config.partition(":")
+    keys = rest.split("/")[1:]
+    return f"`{head}`" + "".join(f" {k}" for k in keys)
+
+
+def by_config_and_budget(rows: list) -> tuple:
+    """{label: {budget: row}} in first-seen order, and the budgets seen."""
+    cells = OrderedDict()
+    for r in rows:
+        if r["config"] != "none":
+            cells.setdefault(config_label(r["config"]), {})[int(r["budget"])] = r
+    budgets = sorted({b for c in cells.values() for b in c})
+    return cells, budgets
+
+
+def budget_grid(cells: OrderedDict, budgets: list, fmt) -> list:
+    out = ["| policy | " + " | ".join(str(b) for b in budgets) + " |",
+           "| --- |" + " ---: |" * len(budgets)]
+    for label, row in cells.items():
+        out.append(f"| {label} | " + " | ".join(fmt(row[b]) if b in row else "–" for b in budgets) + " |")
+    return out
+
+
+def agree_table(name: str) -> str:
+    """Top-1 agreement / mean KL against the full cache per policy and budget, one table per text
+    of a `beaconkv-bench --only agree` folder."""
+    with open(RESULTS / name / "results.json") as f:
+        texts = {r["file"]: Path(r["text"] or "").name for r in json.load(f)["runs"]}
+    out = []
+    for path in sorted((RESULTS / name).glob("agree*.json")):
+        with open(path) as f:
+            doc = json.load(f)
+        text = texts.get(path.name) or path.stem
+        cells, budgets = by_config_and_budget(doc["results"])
+        out.append(f"{text} ({doc['n_tokens']:,} tokens; full cache perplexity {doc['ppl_ref']:.2f}):")
+        out.append("")
+        out += budget_grid(cells, budgets, lambda r: f"{r['top1']:.3f} / {r['kl']:.4f}"
+                           + (f" ({r['recalled']:,} recalled)" if r.get("archived") else ""))
+        out.append("")
+    return "\n".join(out)
+
+
+def revisit_table(name: str) -> str:
+    """Perplexity over the revisited passage per policy and budget (cells recalled by the archive
+    in brackets) of a `beaconkv-bench --only revisit` folder."""
+    with open(RESULTS / name / "revisit.json") as f:
+        doc = json.load(f)
+    cells, budgets = by_config_and_budget(doc["results"])
+
+    def fmt(r):
+        ppl = f"{r['ppl']:.2f}"
+        return f"{ppl} ({r['recalled']:,} recalled)" if r.get("archived") else ppl
+    out = [f"Full cache: {doc['ppl_ref']:.2f}.", ""] + budget_grid(cells, budgets, fmt)
+    return "\n".join(out) + "\n"
+
+
+def speed_table(name: str) -> str:
+    """Decode ms/token, KV and archive memory and the plugin's share per context length and config
+    of a `beaconkv-bench --only speed` folder."""
+    rows = eval_rows(name, "speed.json")
+    out = ["| context | config | ms/token | tok/s | KV MiB | archive MiB | plugin share |",
+           "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in sorted((r for r in rows if "context" in r), key=lambda r: r["context"]):
+        kv = r["cells_physical"] * r["kv_bytes_per_cell"] / 2**20
+        share = 100 * r["plugin_ms"] / r["decode_ms"] if r["decode_ms"] else 0.0
+        out.append(f"| {r['context']:,} | {r['config']} | {r['ms_per_token']:.2f} | {1000 / r['ms_per_token']:.1f} | "
+                   f"{kv:.2f} | {r['archive_bytes'] / 2**20:.2f} | {share:.1f}% |")
+    return "\n".join(out) + "\n"
+
+
+def prompt_table(name: str) -> str:
+    """Prompt processing per config (the batch compression clamps n_ubatch to) of a
+    `beaconkv-bench --only speed` folder."""
+    with open(RESULTS / name / "speed.json") as f:
+        doc = json.load(f)
+    rows = doc.get("prompt", [])
+    base = next((r for r in rows if r["config"] == "none"), None)
+    out = ["| config | n_ubatch | prompt tokens | prompt tok/s | vs none | plugin share |",
+           "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        rate = 1000 * r["prompt_tokens"] / r["prompt_ms"]
+        vs = "–" if base is None or r is base else f"{100 * (base['prompt_ms'] / r['prompt_ms'] - 1):+.0f}%"
+        out.append(f"| {r['config']} | {r['n_ubatch']} | {r['prompt_tokens']:,} | {rate:.1f} | {vs} | "
+                   f"{100 * r['plugin_ms'] / r['prompt_ms']:.1f}% |")
+    return "\n".join(out) + "\n"
+
+
+def ubatch_table(name: str) -> str:
+    """Prompt tok/s of plain llama.cpp per n_ubatch (`llama-bench -o json` in a results folder):
+    what the batch clamp that compression applies costs on its own."""
+    with open(RESULTS / name / "ubatch.json") as f:
+        rows = sorted(json.load(f), key=lambda r: r["n_ubatch"])
+    clamps = {32: "≤ 256", 64: "512", 128: "1024", 512: "(upstream default)"}
+    top = next((r["avg_ts"] for r in rows if r["n_ubatch"] == 512), None)
+    out = ["| n_ubatch | budgets that clamp to it | prompt tok/s (pp2048) | vs 512 |",
+           "| ---: | --- | ---: | ---: |"]
+    for r in rows:
+        vs = "–" if top is None or r["n_ubatch"] == 512 else f"{100 * (r['avg_ts'] / top - 1):+.0f}%"
+        out.append(f"| {r['n_ubatch']} | {clamps.get(r['n_ubatch'], '')} | {r['avg_ts']:.1f} | {vs} |")
+    return "\n".join(out) + "\n"
+
+
+LOAD_LINE = re.compile(r"load: (\d+) seqs x (\d+) tokens: beacon budget (\d+): ([\d.]+) tok/s \(max (\d+) "
+                       r"cells/seq\); none \((\d+) tokens\): ([\d.]+) tok/s \(max (\d+)\)")
+
+
+def load_table(name: str) -> str:
+    """Sequences decoded together in one context (`test_e2e MODEL load`, its log in a results folder)."""
+    m = LOAD_LINE.search((RESULTS / name / "load.log").read_text())
+    if not m:
+        sys.exit(f"results_tables: docs/results/{name}/load.log has no `load:` line")
+    n_seq, n_gen, budget, tok_c, cells_c, n_plain, tok_p, cells_p = m.groups()
+    return ("| config | tokens per sequence | decode tok/s, all sequences | cells per sequence, at most |\n"
+            "| --- | ---: | ---: | ---: |\n"
+            f"| `beacon`, budget {budget} | {int(n_gen):,} | {float(tok_c):.1f} | {int(cells_c):,} |\n"
+            f"| no compression | {int(n_plain):,} | {float(tok_p):.1f} | {int(cells_p):,} |\n")
+
+
+def revisit_texts_table(name: str) -> str:
+    """Revisit perplexity with and without the archive on several texts (`revisit-archive-TEXT.json`),
+    and its multiple of the full cache's."""
+    out, cols = [], ["beacon:512", "beacon:512/archive=4096", "beacon:256", "beacon:256/archive=2048"]
+    out.append("| text | full cache | " + " | ".join(f"`{c}`" for c in cols) + " | cells recalled (512 / 256) |")
+    out.append("| --- | ---: |" + " ---: |" * len(cols) + " --- |")
+    for path in sorted((RESULTS / name).glob("revisit-archive-*.json")):
+        with open(path) as f:
+            doc = json.load(f)
+        by = {r["config"]: r for r in doc["results"]}
+        ref = doc["ppl_ref"]
+        cells = [f"{by[c]['ppl']:.2f} ({by[c]['ppl'] / ref:.2f}×)" if c in by else "–" for c in cols]
+        recalled = " / ".join(str(by[c]["recalled"]) if c in by else "–" for c in cols[1::2])
+        text = path.stem[len("revisit-archive-"):]
+        out.append(f"| {text} | {ref:.2f} | " + " | ".join(cells) + f" | {recalled} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
@@ -237,6 +467,17 @@ RENDERERS = {
     "humaneval-prompt-policy": lambda: humaneval_table("humaneval-prompt-policy"),
     "humaneval-budgets": lambda: humaneval_cells("humaneval-budgets"),
     "humaneval-budgets-pairs": budgets_pairs,
+    "humaneval-own-values": lambda: own_values_table("humaneval-own-values"),
+    "humaneval-own-values-pairs": lambda: own_values_pairs("humaneval-own-values", "prompt_max=1024"),
+    "smollm2-agree": lambda: agree_table("smollm2"),
+    "smollm2-revisit": lambda: revisit_table("smollm2"),
+    "smollm2-speed": lambda: speed_table("smollm2"),
+    "smollm2-prompt": lambda: prompt_table("smollm2"),
+    "smollm2-ubatch": lambda: ubatch_table("smollm2"),
+    "smollm2-load": lambda: load_table("smollm2"),
+    "smollm2-revisit-texts": lambda: revisit_texts_table("smollm2"),
+    "gemma3-270m-agree": lambda: agree_table("gemma3-270m"),
+    "gemma3-270m-revisit": lambda: revisit_table("gemma3-270m"),
 }
 
 
