@@ -156,6 +156,13 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail)
 
 
+def discordant(a: dict, b: dict, better) -> tuple:
+    """The keys both cells measured, and how many of them `better(first, second)` holds for each way
+    round: the discordant pairs a paired test takes."""
+    both = sorted(set(a) & set(b))
+    return both, sum(1 for t in both if better(a[t], b[t])), sum(1 for t in both if better(b[t], a[t]))
+
+
 def humaneval_passed(name: str) -> dict:
     """{(policy, budget): {task: passed}} over the tuning problems of a humaneval folder."""
     out = {}
@@ -179,9 +186,7 @@ def humaneval_pairs(name: str, pairs: list) -> str:
         a, b = passed.get(first), passed.get(second)
         if a is None or b is None:
             continue  # a cell not measured yet
-        both = sorted(set(a) & set(b))
-        lost = sum(1 for t in both if a[t] and not b[t])
-        won = sum(1 for t in both if b[t] and not a[t])
+        both, lost, won = discordant(a, b, lambda x, y: x and not y)
         out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
                    f"{won} | {p_value(mcnemar_exact(lost, won))} |")
     return "\n".join(out) + "\n"
@@ -300,24 +305,20 @@ def own_values_pairs(name: str, keys: str) -> str:
         a, b = outcome.get(first), outcome.get(second)
         if a is None or b is None:
             continue  # a cell not measured yet
-        both = sorted(set(a) & set(b))
-        lost = sum(1 for t in both if a[t] and not b[t])
-        won = sum(1 for t in both if b[t] and not a[t])
+        both, lost, won = discordant(a, b, lambda x, y: x and not y)
         # the sign test on the number of values each request wrote again: exact binomial on the
         # requests where the two differ, so it is the same test as McNemar on a finer outcome
-        ra, rb = recalled[first], recalled[second]
-        more = sum(1 for t in both if ra[t] > rb[t])
-        fewer = sum(1 for t in both if ra[t] < rb[t])
+        _, more, fewer = discordant(recalled[first], recalled[second], lambda x, y: x > y)
         out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
                    f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
                    f"{p_value(mcnemar_exact(more, fewer))} |")
     return "\n".join(out) + "\n"
 
 
-def eval_rows(name: str, file: str) -> list:
-    """The rows of one beaconkv-eval JSON file that `beaconkv-bench` wrote into a results folder."""
+def eval_doc(name: str, file: str) -> dict:
+    """One beaconkv-eval JSON file that `beaconkv-bench` wrote into a results folder."""
     with open(RESULTS / name / file) as f:
-        return json.load(f)["results"]
+        return json.load(f)
 
 
 def config_label(config: str) -> str:
@@ -354,8 +355,7 @@ def agree_table(name: str) -> str:
         texts = {r["file"]: Path(r["text"] or "").name for r in json.load(f)["runs"]}
     out = []
     for path in sorted((RESULTS / name).glob("agree*.json")):
-        with open(path) as f:
-            doc = json.load(f)
+        doc = eval_doc(name, path.name)
         text = texts.get(path.name) or path.stem
         cells, budgets = by_config_and_budget(doc["results"])
         out.append(f"{text} ({doc['n_tokens']:,} tokens; full cache perplexity {doc['ppl_ref']:.2f}):")
@@ -369,8 +369,7 @@ def agree_table(name: str) -> str:
 def revisit_table(name: str) -> str:
     """Perplexity over the revisited passage per policy and budget (cells recalled by the archive
     in brackets) of a `beaconkv-bench --only revisit` folder."""
-    with open(RESULTS / name / "revisit.json") as f:
-        doc = json.load(f)
+    doc = eval_doc(name, "revisit.json")
     cells, budgets = by_config_and_budget(doc["results"])
 
     def fmt(r):
@@ -383,10 +382,10 @@ def revisit_table(name: str) -> str:
 def speed_table(name: str) -> str:
     """Decode ms/token, KV and archive memory and the plugin's share per context length and config
     of a `beaconkv-bench --only speed` folder."""
-    rows = eval_rows(name, "speed.json")
+    rows = eval_doc(name, "speed.json")["results"]
     out = ["| context | config | ms/token | tok/s | KV MiB | archive MiB | plugin share |",
            "| ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for r in sorted((r for r in rows if "context" in r), key=lambda r: r["context"]):
+    for r in sorted(rows, key=lambda r: r["context"]):
         kv = r["cells_physical"] * r["kv_bytes_per_cell"] / 2**20
         share = 100 * r["plugin_ms"] / r["decode_ms"] if r["decode_ms"] else 0.0
         out.append(f"| {r['context']:,} | {r['config']} | {r['ms_per_token']:.2f} | {1000 / r['ms_per_token']:.1f} | "
@@ -397,9 +396,7 @@ def speed_table(name: str) -> str:
 def prompt_table(name: str) -> str:
     """Prompt processing per config (the batch compression clamps n_ubatch to) of a
     `beaconkv-bench --only speed` folder."""
-    with open(RESULTS / name / "speed.json") as f:
-        doc = json.load(f)
-    rows = doc.get("prompt", [])
+    rows = eval_doc(name, "speed.json").get("prompt", [])
     base = next((r for r in rows if r["config"] == "none"), None)
     out = ["| config | n_ubatch | prompt tokens | prompt tok/s | vs none | plugin share |",
            "| --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -449,8 +446,7 @@ def revisit_texts_table(name: str) -> str:
     out.append("| text | full cache | " + " | ".join(f"`{c}`" for c in cols) + " | cells recalled (512 / 256) |")
     out.append("| --- | ---: |" + " ---: |" * len(cols) + " --- |")
     for path in sorted((RESULTS / name).glob("revisit-archive-*.json")):
-        with open(path) as f:
-            doc = json.load(f)
+        doc = eval_doc(name, path.name)
         by = {r["config"]: r for r in doc["results"]}
         ref = doc["ppl_ref"]
         cells = [f"{by[c]['ppl']:.2f} ({by[c]['ppl'] / ref:.2f}×)" if c in by else "–" for c in cols]
