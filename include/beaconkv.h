@@ -248,7 +248,8 @@ typedef struct beaconkv_host {
      * positions, Hadamard-rotated like K, scaled by 1/sqrt(head_dim)). Write, one layer after
      * another, [n_head_kv][n_cells] floats to `out` (caller-owned): per KV head and cell, the
      * largest q·k over the group's queries (mode 0), or of q·k less that query's log-sum-exp over
-     * the n_cells cells (mode 1). Returns n_layers. Must change nothing in the cache. */
+     * the n_cells cells (mode 1; -inf where every such probability underflows f32). Returns
+     * n_layers. Must change nothing in the cache. */
     int32_t (*score_keys)(void * user, uint32_t stream, const uint32_t * cells, int32_t n_cells,
                           int32_t n_layers, const int32_t * layers, const int32_t * n_query,
                           const float * queries, int32_t mode, float * out);

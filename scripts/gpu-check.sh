@@ -42,7 +42,7 @@ MAX_PACK_BYTES=$(( 56 * 1024 * 1024 ))
 
 # the end-to-end runs on the tiny model: test_e2e cases, and greedy generations whose tokens are compared with
 # the CPU reference (<unk>, <s> and the NUL byte are banned, so that every generated token is one byte of stdout)
-E2E_TESTS=( bounded_cells:beacon detached_vs_none budget_covers_all query_capture copy_path )
+E2E_TESTS=( bounded_cells:beacon detached_vs_none budget_covers_all query_capture copy_path score_keys )
 GEN_CONFIGS=( plain beacon64 beacon256 completion64 )
 GEN_TOKENS=640
 GEN_PROMPT="The keeper wrote in the log every night."

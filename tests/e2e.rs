@@ -141,6 +141,22 @@ fn copy_path_for_non_host_buffers_matches_the_direct_path() {
     assert!(out.contains("identical decisions"), "{out}");
 }
 
+/// The scores of a pass computed as a ggml graph on K's backend (`llama_kv_plugin_score_keys`)
+/// match a reference computed from the K rows in double, for cell counts on and off the graph's
+/// padding, with F16, BF16 and quantised K (test_e2e_scoring.cpp states the tolerance).
+#[test]
+fn backend_scores_match_a_host_reference() {
+    for flags in [
+        &[][..],
+        &["-ctk", "bf16", "-fa", "on"],
+        &["-ctk", "q8_0"],
+        &["-fa", "on", "-ctk", "q4_0", "-ctv", "q4_0"],
+    ] {
+        let out = e2e(&tiny_model(), "score_keys", flags);
+        assert!(out.contains("scores within tolerance"), "{flags:?}: {out}");
+    }
+}
+
 /// The archive's host callbacks move K and V rows between cells exactly, with flash attention on
 /// and off (transposed V) and with quantised caches (Hadamard-rotated K).
 #[test]

@@ -881,6 +881,8 @@ bool test_archive_recall_at_batch_start(env & e) {
     return true;
 }
 
+bool test_score_keys(bkv_test::env & e); // test_e2e_scoring.cpp
+
 int main(int argc, char ** argv) {
     const ggml_log_callback log = [](ggml_log_level level, const char * text, void *) {
         if (level >= GGML_LOG_LEVEL_WARN) {
@@ -902,6 +904,8 @@ int main(int argc, char ** argv) {
             return test_state_roundtrip(e, true) && test_state_roundtrip(e, false);
         } else if (test == "copy_path") {
             return test_copy_path(e);
+        } else if (test == "score_keys") {
+            return test_score_keys(e);
         } else if (test == "speculative") {
             return test_speculative(e);
         } else if (test == "load") {

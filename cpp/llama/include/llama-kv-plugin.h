@@ -162,7 +162,8 @@ LLAMA_API int32_t llama_kv_plugin_seq_place(struct llama_context * ctx, llama_se
 // for each i < n_layers, plugin layer layers[i] with n_query[i] queries per KV head, laid out one layer after
 // another in `queries` as [n_head_kv][n_query[i]][head_dim] (as the layer's attention would see them: rotated,
 // Hadamard-rotated like K, scaled). Writes, layer after layer, [n_head_kv][n_cells] floats to `out`: the largest
-// q.k over the group's queries (mode 0), or of q.k less that query's log-sum-exp over the cells (mode 1).
+// q.k over the group's queries (mode 0), or of q.k less that query's log-sum-exp over the cells (mode 1; -inf
+// where every such probability underflows F32).
 // returns n_layers, < 0 on error (nothing is evicted or changed either way)
 LLAMA_API int32_t llama_kv_plugin_score_keys(struct llama_context * ctx, uint32_t stream, const uint32_t * cells, int32_t n_cells,
                                              int32_t n_layers, const int32_t * layers, const int32_t * n_query,

@@ -4,9 +4,10 @@
 //
 // Per layer: get_rows gathers (and dequantises) the K rows of the listed cells, one mul_mat with the
 // plugin's prepared queries (rotated, Hadamard-rotated like K, scaled) gives every logit, and a max pool
-// over the queries of each GQA group folds them; mode 1 first subtracts each query's log-sum-exp over the
-// cells (log attention probabilities). Every node is pinned to the backend of the layer's K buffer; the
-// inputs (cell ids, queries) are set once on the host and the scheduler moves them.
+// over the queries of each GQA group folds them; mode 1 folds each query's attention probabilities over the
+// cells (soft_max) and returns the log of their maximum. Every node is pinned to the backend of the layer's K
+// buffer; the inputs (cell ids, queries, the padding mask) are set once on the host and the scheduler moves
+// them.
 
 #include "llama-kv-plugin-impl.h"
 
@@ -15,6 +16,8 @@
 #include "llama-kv-cache.h"
 #include "llama-model.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -155,8 +158,22 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     ggml_cgraph * gf = ggml_new_graph_custom(g, s->graph_size, false);
 
     const int64_t n = n_cells;
-    ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, n);
+    // the cells are padded to a multiple of 16 with copies of the last one: ggml's CPU mul_mat takes its
+    // tiled sgemm only for a row count divisible by 4 (its row-by-row dot products are about twice as slow),
+    // and every backend multiplies padded rows as cheaply. The copies change no maximum; the soft_max mask
+    // keeps them out of the log-sum-exp, and only the first n cells are read back.
+    const int64_t np = GGML_PAD(n, 16);
+    ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, np);
     ggml_set_input(idx);
+    int32_t max_query = 1;
+    for (int32_t i = 0; i < n_layers; ++i) {
+        max_query = std::max(max_query, n_query[i]);
+    }
+    ggml_tensor * pad_mask = nullptr; // [np, max_query]: 0 on the listed cells, -inf on the copies
+    if (mode == 1) {
+        pad_mask = ggml_new_tensor_2d(g, GGML_TYPE_F32, np, max_query);
+        ggml_set_input(pad_mask);
+    }
 
     std::vector<ggml_tensor *> res(n_layers);
     std::vector<size_t> q_off(n_layers + 1, 0), out_off(n_layers + 1, 0);
@@ -191,26 +208,30 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         const auto pin = [&](ggml_tensor * t) { nodes.push_back(t); return t; };
 
         ggml_tensor * kv   = ggml_view_2d(g, k, k->ne[0], k->ne[1], k->nb[1], (size_t) stream*k->nb[2]);
-        ggml_tensor * rows = pin(ggml_get_rows(g, kv, idx));                              // [d*n_kv, n] F32
-        ggml_tensor * kc   = pin(ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, rows, d, n_kv, n), 0, 2, 1, 3))); // [d, n, n_kv]
+        ggml_tensor * rows = pin(ggml_get_rows(g, kv, idx));                              // [d*n_kv, np] F32
+        ggml_tensor * kc   = pin(ggml_cont(g, ggml_permute(g, ggml_reshape_3d(g, rows, d, n_kv, np), 0, 2, 1, 3))); // [d, np, n_kv]
         ggml_tensor * q    = ggml_view_3d(g, q_all, d, per_g, n_kv, d*sizeof(float), d*per_g*sizeof(float),
                                           q_off[i]*sizeof(float));                          // [d, per_g, n_kv]
-        ggml_tensor * sc   = pin(ggml_mul_mat(g, kc, q));                                  // [n, per_g, n_kv]
+        ggml_tensor * sc   = pin(ggml_mul_mat(g, kc, q));                                  // [np, per_g, n_kv]
+        ggml_tensor * r = nullptr;                                                        // [np, 1, n_kv]
         if (mode == 1) {
-            // log attention probabilities: each query's logits less their log-sum-exp over the cells,
-            // lse = max - log(largest probability), so that the exponentials are soft_max's (vectorised)
-            // and only one log per query is taken
-            ggml_tensor * m   = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, (int) n, 1, (int) n, 1, 0, 0)); // [1, per_g, n_kv]
-            ggml_tensor * p   = pin(ggml_soft_max(g, sc));
-            ggml_tensor * pm  = pin(ggml_pool_2d(g, p, GGML_OP_POOL_MAX, (int) n, 1, (int) n, 1, 0, 0));
-            ggml_tensor * lse = pin(ggml_sub(g, m, pin(ggml_log(g, pm))));
-            sc = pin(ggml_sub(g, sc, lse));
+            // log attention probabilities, max over the group's queries: log(max_q p) = max_q (logit - lse),
+            // with soft_max's vectorised exponentials and one log per cell and KV head. A cell whose
+            // probability underflows F32 (below 1e-38) under every query of its group scores -inf: it ranks
+            // below every cell with a representable probability, and ties only with such cells.
+            ggml_tensor * mask = ggml_view_2d(g, pad_mask, np, per_g, pad_mask->nb[1], 0);
+            ggml_tensor * p    = pin(ggml_soft_max_ext(g, sc, mask, 1.0f, 0.0f));
+            ggml_tensor * pmax = pin(ggml_pool_2d(g, p, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0));
+            r = pin(ggml_log(g, pmax));
+        } else {
+            r = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0));
         }
-        ggml_tensor * r = pin(ggml_pool_2d(g, sc, GGML_OP_POOL_MAX, 1, (int) per_g, 1, (int) per_g, 0, 0)); // [n, 1, n_kv]
+        r = ggml_view_3d(g, r, n, 1, n_kv, r->nb[1], r->nb[2], 0);                         // the listed cells
         if (all) {
-            ggml_tensor * dst = pin(ggml_view_1d(g, all, n*n_kv, out_off[i]*sizeof(float)));
+            ggml_tensor * dst = ggml_view_3d(g, all, n, 1, n_kv, n*sizeof(float), n*sizeof(float), out_off[i]*sizeof(float));
             r = pin(ggml_cpy(g, r, dst));
         } else {
+            r = pin(ggml_cont(g, r));
             ggml_set_output(r);
         }
         ggml_build_forward_expand(gf, r);
@@ -229,7 +250,18 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         return -1;
     }
     static_assert(sizeof(uint32_t) == sizeof(int32_t), "cell ids as I32");
-    ggml_backend_tensor_set(idx, cells, 0, (size_t) n*sizeof(int32_t));
+    {
+        std::vector<int32_t> padded(cells, cells + n);
+        padded.resize((size_t) np, (int32_t) cells[n - 1]);
+        ggml_backend_tensor_set(idx, padded.data(), 0, padded.size()*sizeof(int32_t));
+    }
+    if (pad_mask) {
+        std::vector<float> mask((size_t) (np*max_query), 0.0f);
+        for (int64_t row = 0; row < max_query; ++row) {
+            std::fill(mask.begin() + row*np + n, mask.begin() + (row + 1)*np, -INFINITY);
+        }
+        ggml_backend_tensor_set(pad_mask, mask.data(), 0, mask.size()*sizeof(float));
+    }
     ggml_backend_tensor_set(q_all, queries, 0, ggml_nbytes(q_all));
     const int64_t t1 = ggml_time_us();
     if (ggml_backend_sched_graph_compute(s->sched.get(), gf) != GGML_STATUS_SUCCESS) {

@@ -7,6 +7,12 @@ use super::sources::QuerySource;
 use crate::host::Host;
 use crate::scoring::{ScoreCtx, ScoreError};
 
+/// The lowest log probability a backend's score reports: ln of f32's smallest subnormal. The
+/// backend takes the log of the largest probability, so a cell whose probability underflows under
+/// every query of its group would score -inf (and make `reduce=zmean`'s mean NaN); it scores this
+/// instead, below every cell with a representable probability.
+pub(super) const LOG_PROB_FLOOR: f32 = -103.28;
+
 /// One `Host::score_keys` call per pass for every layer scored on the host's backend: the
 /// prepared queries of those layers end to end, and the rows that come back.
 #[derive(Default)]
@@ -61,6 +67,12 @@ impl AttentionKernel {
             )
         };
         let ok = rc >= 0;
+        if ok && ctx.prob {
+            // a cell whose probability underflows f32 under every query comes back as log(0)
+            for v in &mut b.out {
+                *v = v.max(LOG_PROB_FLOOR);
+            }
+        }
         let layers = b.layers.len();
         self.backend = b;
         if ok {
