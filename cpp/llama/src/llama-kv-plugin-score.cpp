@@ -6,7 +6,7 @@
 // plugin's prepared queries (rotated, Hadamard-rotated like K, scaled) gives every logit, and a max pool
 // over the queries of each GQA group folds them; mode 1 folds each query's attention probabilities over the
 // cells (soft_max) and returns the log of their maximum. Every node is pinned to the backend of the layer's K
-// buffer; the inputs (cell ids, queries, the padding mask) are set once on the host and the scheduler moves
+// buffer; the inputs (cell ids, queries, the padding mask's row) are set once on the host and the scheduler moves
 // them.
 
 #include "llama-kv-plugin-impl.h"
@@ -169,10 +169,18 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     for (int32_t i = 0; i < n_layers; ++i) {
         max_query = std::max(max_query, n_query[i]);
     }
-    ggml_tensor * pad_mask = nullptr; // [np, max_query]: 0 on the listed cells, -inf on the copies
+    // [np, max_query]: 0 on the listed cells, -inf on the copies; one row goes to the device and is
+    // repeated there (soft_max wants a mask row per query row)
+    ggml_tensor * pad_row  = nullptr;
+    ggml_tensor * pad_mask = nullptr;
     if (mode == 1) {
-        pad_mask = ggml_new_tensor_2d(g, GGML_TYPE_F32, np, max_query);
-        ggml_set_input(pad_mask);
+        pad_row = ggml_new_tensor_1d(g, GGML_TYPE_F32, np);
+        ggml_set_input(pad_row);
+        pad_mask = ggml_repeat_4d(g, pad_row, np, max_query, 1, 1);
+        ggml_backend_t be = s->layer_backend[layers[0]];
+        if (ggml_backend_supports_op(be, pad_mask)) {
+            ggml_backend_sched_set_tensor_backend(s->sched.get(), pad_mask, be);
+        }
     }
 
     std::vector<ggml_tensor *> res(n_layers);
@@ -255,12 +263,10 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         padded.resize((size_t) np, (int32_t) cells[n - 1]);
         ggml_backend_tensor_set(idx, padded.data(), 0, padded.size()*sizeof(int32_t));
     }
-    if (pad_mask) {
-        std::vector<float> mask((size_t) (np*max_query), 0.0f);
-        for (int64_t row = 0; row < max_query; ++row) {
-            std::fill(mask.begin() + row*np + n, mask.begin() + (row + 1)*np, -INFINITY);
-        }
-        ggml_backend_tensor_set(pad_mask, mask.data(), 0, mask.size()*sizeof(float));
+    if (pad_row) {
+        std::vector<float> row((size_t) np, 0.0f);
+        std::fill(row.begin() + n, row.end(), -INFINITY);
+        ggml_backend_tensor_set(pad_row, row.data(), 0, row.size()*sizeof(float));
     }
     ggml_backend_tensor_set(q_all, queries, 0, ggml_nbytes(q_all));
     const int64_t t1 = ggml_time_us();
