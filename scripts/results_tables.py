@@ -456,6 +456,42 @@ def revisit_texts_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def rpc_table(name: str) -> str:
+    """`scripts/measure-rpc.sh` runs (its printed rows, under `# N = TOKENS` lines) in
+    `docs/results/NAME/measure-rpc.txt`: total time, decode speed and llama.cpp's unaccounted share."""
+    out = ["| where | tokens | config | total s | decode ms/token | unaccounted | text MD5 |",
+           "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    n = None
+    for line in (RESULTS / name / "measure-rpc.txt").read_text().splitlines():
+        m = re.match(r"# N = (\d+)", line)
+        if m:
+            n = int(m.group(1))
+            continue
+        f = line.split()
+        if not f or f[0] not in ("rpc", "host"):
+            continue
+        where, spec, total, eval_ms, unacc, md5 = f[0], f[1], float(f[2]), float(f[3]), f[4], f[6]
+        config = "full cache" if spec == "none" else spec.replace("policy=", "").replace(",budget=", ", budget ")
+        out.append(f"| {'RPC' if where == 'rpc' else 'host'} | {n:,} | {config} | {total:.1f} | {eval_ms:.2f} | "
+                   f"{unacc}% | `{md5}` |")
+    return "\n".join(out) + "\n"
+
+
+def scoring_paths_table(name: str) -> str:
+    """`beaconkv-eval --mode speed` per config (`docs/results/NAME/speed-host.json`): where K was
+    scored, the plugin's time to the longest context, the scoring part, passes, ms per pass."""
+    rows = eval_doc(name, "speed-host.json")["results"]
+    last = max(r["context"] for r in rows)
+    out = ["| config | K scored | plugin ms to " + f"{last:,}" + " | of it scoring | passes | ms per pass |",
+           "| --- | --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if r["context"] != last:
+            continue
+        out.append(f"| {r['config']} | {r['scoring']} | {thousands(r['plugin_ms'])} | {thousands(r['plugin_ms_score'])} | "
+                   f"{r['compress_events']} | {r['plugin_ms_score'] / r['compress_events']:.1f} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
@@ -474,6 +510,8 @@ RENDERERS = {
     "smollm2-revisit-texts": lambda: revisit_texts_table("smollm2"),
     "gemma3-270m-agree": lambda: agree_table("gemma3-270m"),
     "gemma3-270m-revisit": lambda: revisit_table("gemma3-270m"),
+    "rpc": lambda: rpc_table("rpc"),
+    "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
 
 
