@@ -235,17 +235,18 @@ def budgets_pairs() -> str:
     return humaneval_pairs("humaneval-budgets", pairs)
 
 
-def own_values_rows(name: str) -> list:
-    """The tuning rows of a `beaconkv-bench humaneval --own-values` folder that checked own values."""
+def own_values_rows(name: str, split: str = "tune") -> list:
+    """The rows of one split (`tune`: problems 0-99, `heldout`: 100-163) of a `beaconkv-bench
+    humaneval --own-values` folder that checked own values."""
     with open(RESULTS / name / "results.jsonl") as f:
         rows = [json.loads(line) for line in f]
-    return [r for r in rows if r.get("split") == "tune" and r.get("own")]
+    return [r for r in rows if r.get("split") == split and r.get("own")]
 
 
-def own_values_table(name: str) -> str:
+def own_values_table(name: str, split: str = "tune") -> str:
     """Per cell: requests with every own value written again, values written again, the gap,
     pass@1 of the functions, answers cut, generated tokens."""
-    rows = own_values_rows(name)
+    rows = own_values_rows(name, split)
     cells = {}
     for r in rows:
         o = r["own"]
@@ -274,13 +275,13 @@ def own_values_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def own_values_pairs(name: str, keys: str) -> str:
+def own_values_pairs(name: str, keys: str, split: str = "tune") -> str:
     """Paired comparisons on the requests (every own value written again or not): the full cache
     against each compressed cell, the default against each baseline and beacons against the recent
     queries alone with each scorer, at every budget measured (`keys`: the settings every compressed
     policy carries)."""
     outcome, recalled = {}, {}
-    for r in own_values_rows(name):
+    for r in own_values_rows(name, split):
         o = r["own"]
         key = (r["policy"], int(r["budget"]))
         outcome.setdefault(key, {})[r["bundle"]] = o["asked"] > 0 and o["reason"] == ""
@@ -501,6 +502,9 @@ RENDERERS = {
     "humaneval-budgets-pairs": budgets_pairs,
     "humaneval-own-values": lambda: own_values_table("humaneval-own-values"),
     "humaneval-own-values-pairs": lambda: own_values_pairs("humaneval-own-values", "prompt_max=1024"),
+    "humaneval-own-values-heldout": lambda: own_values_table("humaneval-own-values-heldout", "heldout"),
+    "humaneval-own-values-heldout-pairs": lambda: own_values_pairs("humaneval-own-values-heldout",
+                                                                   "prompt_max=1024", "heldout"),
     "smollm2-agree": lambda: agree_table("smollm2"),
     "smollm2-revisit": lambda: revisit_table("smollm2"),
     "smollm2-speed": lambda: speed_table("smollm2"),
