@@ -264,6 +264,48 @@ fn backend_passes_make_one_call_whatever_the_cells() {
     }
 }
 
+/// A backend's log of a probability that underflows f32 is -inf; the engine floors it, so
+/// `reduce=zmean` still ranks (its mean would be NaN) and the keys every query attends to stay.
+#[test]
+fn underflowing_backend_scores_still_rank() {
+    for reduce in ["max", "zmean"] {
+        let spec = format!("beacon,budget=64,window=8,prefix=4,reduce={reduce}");
+        let mut host = FakeHost::new(2, 2, 1, D, 512, 8);
+        host.has_score_keys = true;
+        host.f32_underflow = true;
+        host.via_read_rows = true;
+        let mut engine = Engine::new(Params::parse(&spec).unwrap(), &mut host);
+        let mut rng = Lcg(5);
+        let mut u = [0.0f32; D];
+        u[0] = 1.0;
+        let hot = |p: i32| p % 16 == 5;
+        for p in 0..192 {
+            engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+            let cell = host.place(0, p);
+            for l in 0..2 {
+                // the hot keys' logits are thousands above the others': every other probability underflows
+                let k: Vec<f16> = (0..D)
+                    .map(|i| f16::from_f32(if hot(p) { 4000.0 * u[i] } else { rng.next() }))
+                    .collect();
+                host.k_row_mut(l, cell).copy_from_slice(&k);
+                host.q_row_mut(l, 0)
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v = u[i % D]);
+            }
+            engine.after_ubatch(&mut host, &[p], &[0], &[0]).unwrap();
+            engine.after_decode(&mut host).unwrap();
+        }
+        assert!(engine.stats(0).compress_events > 0 && host.score_calls > 0);
+        let kept = host.positions(0);
+        let lost: Vec<i32> = (0..192).filter(|&p| hot(p) && !kept.contains(&p)).collect();
+        assert!(
+            lost.is_empty(),
+            "reduce={reduce}: hot keys evicted: {lost:?}"
+        );
+    }
+}
+
 /// No RoPE: a few keys aligned with every query survive long generation under `beacon`, and are
 /// dropped by `streaming`.
 fn planted_survive(spec: &str) -> bool {

@@ -64,6 +64,9 @@ pub struct FakeHost {
     pub has_read_rows: bool,
     /// Offer `score_keys` (scoring where K lives); off by default.
     pub has_score_keys: bool,
+    /// `score_keys` with probabilities returns -inf where f32 cannot hold the largest
+    /// probability (below ln of its smallest subnormal), as a ggml backend's `log` of it does.
+    pub f32_underflow: bool,
     /// `score_keys` calls, and the layers they scored in all.
     pub score_calls: usize,
     pub score_layers: usize,
@@ -151,6 +154,7 @@ impl FakeHost {
             via_read_rows: false,
             has_read_rows: true,
             has_score_keys: false,
+            f32_underflow: false,
             score_calls: 0,
             score_layers: 0,
             transfer_calls: 0,
@@ -474,7 +478,11 @@ impl Host for FakeHost {
                             row[ci] - lse
                         })
                         .fold(f64::NEG_INFINITY, f64::max);
-                    *o = best as f32;
+                    *o = if prob && self.f32_underflow && best < -103.28 {
+                        f32::NEG_INFINITY
+                    } else {
+                        best as f32
+                    };
                 }
             }
             q_at += n_kv * nq * d;
