@@ -12,10 +12,26 @@
 #include <cstddef>
 #include <cstring>
 #include <stdexcept>
+#include <tuple>
+#include <type_traits>
 
 // libllama's host table and beaconkv's are one layout, and so are the plugin tables and the layer
-// descriptions: the glue hands each table over as it is. Checked here, field by field.
-#define KVC_SAME(A, B, F) static_assert(offsetof(A, F) == offsetof(B, F), #A "::" #F " != " #B "::" #F)
+// descriptions: the glue hands each table over as it is. Checked here, field by field: offset and type.
+// The same type on both sides, where a pointer to libllama's layer description stands for one to
+// beaconkv's (same layout, checked below); function pointers parameter by parameter.
+template <typename A, typename B> struct kvc_compatible : std::is_same<A, B> {};
+template <> struct kvc_compatible<llama_kv_plugin_layer *, beaconkv_layer *> : std::true_type {};
+template <bool same_count, typename TA, typename TB> struct kvc_params_compatible : std::false_type {};
+template <typename... PA, typename... PB>
+struct kvc_params_compatible<true, std::tuple<PA...>, std::tuple<PB...>>
+    : std::bool_constant<(kvc_compatible<PA, PB>::value && ...)> {};
+template <typename RA, typename RB, typename... PA, typename... PB>
+struct kvc_compatible<RA (*)(PA...), RB (*)(PB...)>
+    : std::bool_constant<kvc_compatible<RA, RB>::value &&
+                         kvc_params_compatible<sizeof...(PA) == sizeof...(PB), std::tuple<PA...>, std::tuple<PB...>>::value> {};
+#define KVC_SAME(A, B, F)                                                                              \
+    static_assert(offsetof(A, F) == offsetof(B, F) && kvc_compatible<decltype(A::F), decltype(B::F)>::value, \
+                  #A "::" #F " != " #B "::" #F)
 static_assert(sizeof(llama_kv_plugin_host) == sizeof(beaconkv_host), "host tables differ");
 KVC_SAME(llama_kv_plugin_host, beaconkv_host, user);        KVC_SAME(llama_kv_plugin_host, beaconkv_host, n_layers);
 KVC_SAME(llama_kv_plugin_host, beaconkv_host, get_layer);   KVC_SAME(llama_kv_plugin_host, beaconkv_host, seq_cells);
@@ -31,6 +47,14 @@ KVC_SAME(llama_kv_plugin, beaconkv_plugin, after_decode);   KVC_SAME(llama_kv_pl
 KVC_SAME(llama_kv_plugin, beaconkv_plugin, seq_copied);     KVC_SAME(llama_kv_plugin, beaconkv_plugin, state_get);
 KVC_SAME(llama_kv_plugin, beaconkv_plugin, state_set);      KVC_SAME(llama_kv_plugin, beaconkv_plugin, free);
 static_assert(sizeof(llama_kv_plugin_layer) == sizeof(beaconkv_layer), "layer descriptions differ");
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, il);        KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, head_dim);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, n_head);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, n_head_kv);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_type);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_nb1);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_nb2);     KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_nb1);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, rope_mode); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, rope_n_ctx_orig);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, freq_base); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, freq_scale);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, ext_factor); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, attn_factor);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, beta_fast); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, beta_slow);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_on_host);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_on_host);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, rope_n_dims); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, freq_factors);
