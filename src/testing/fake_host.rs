@@ -478,7 +478,8 @@ impl Host for FakeHost {
                             row[ci] - lse
                         })
                         .fold(f64::NEG_INFINITY, f64::max);
-                    *o = if prob && self.f32_underflow && best < -103.28 {
+                    // f32 holds nothing below its smallest subnormal
+                    *o = if prob && self.f32_underflow && best < f64::from(f32::from_bits(1)).ln() {
                         f32::NEG_INFINITY
                     } else {
                         best as f32

@@ -161,19 +161,16 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
     // the cells are padded to a multiple of 16 with copies of the last one: ggml's CPU mul_mat takes its
     // tiled sgemm only for a row count divisible by 4 (its row-by-row dot products are about twice as slow),
     // and every backend multiplies padded rows as cheaply. The copies change no maximum; the soft_max mask
-    // keeps them out of the log-sum-exp, and only the first n cells are read back.
+    // keeps them out of the probabilities, and only the first n cells are read back.
     const int64_t np = GGML_PAD(n, 16);
     ggml_tensor * idx = ggml_new_tensor_1d(g, GGML_TYPE_I32, np);
     ggml_set_input(idx);
-    int32_t max_query = 1;
-    for (int32_t i = 0; i < n_layers; ++i) {
-        max_query = std::max(max_query, n_query[i]);
-    }
     // [np, max_query]: 0 on the listed cells, -inf on the copies; one row goes to the device and is
     // repeated there (soft_max wants a mask row per query row)
     ggml_tensor * pad_row  = nullptr;
     ggml_tensor * pad_mask = nullptr;
     if (mode == 1) {
+        const int32_t max_query = *std::max_element(n_query, n_query + n_layers);
         pad_row = ggml_new_tensor_1d(g, GGML_TYPE_F32, np);
         ggml_set_input(pad_row);
         pad_mask = ggml_repeat_4d(g, pad_row, np, max_query, 1, 1);
@@ -225,7 +222,7 @@ int32_t llama_kv_plugin_score_keys(llama_context * ctx, uint32_t stream, const u
         if (mode == 1) {
             // log attention probabilities, max over the group's queries: log(max_q p) = max_q (logit - lse),
             // with soft_max's vectorised exponentials and one log per cell and KV head. A cell whose
-            // probability underflows F32 (below 1e-38) under every query of its group scores -inf: it ranks
+            // probability underflows F32 under every query of its group scores -inf: it ranks
             // below every cell with a representable probability, and ties only with such cells.
             ggml_tensor * mask = ggml_view_2d(g, pad_mask, np, per_g, pad_mask->nb[1], 0);
             ggml_tensor * p    = pin(ggml_soft_max_ext(g, sc, mask, 1.0f, 0.0f));
