@@ -176,10 +176,15 @@ typedef struct beaconkv_layer {
     bool    k_on_host;   /* k_data is host memory; else rows are read via host->read_rows */
 
     /* Query store: F32 rows of n_head*head_dim values (post-RoPE, pre-Hadamard), one per captured
-     * token of the last ubatch; row r starts at q_data + r*q_nb1.                           */
+     * token (after_ubatch's q_row); row r starts at q_data + r*q_nb1.                       */
     const void * q_data; /* borrowed                                                    */
     size_t  q_nb1;
     bool    q_on_host;
+    int32_t q_rows;      /* > 0: the store is a ring of q_rows rows (at least 2 * q_capacity lets
+                            queries wait): each ubatch's rows follow the previous ubatch's, wrapping
+                            at q_rows, so a row keeps its query until q_rows more are captured and
+                            the plugin reads the rows of many decode steps at once.
+                            0: rows start at 0 in every ubatch (read after each ubatch)        */
 
     /* RoPE applied to this layer's queries and keys (from the graph's ROPE node).
      * rope_n_dims == 0: no RoPE found, queries are scored as captured (no re-rotation). */

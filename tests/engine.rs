@@ -264,6 +264,72 @@ fn backend_passes_make_one_call_whatever_the_cells() {
     }
 }
 
+/// A host whose query store is a ring (`q_rows`) gets its decode-step queries read together,
+/// before a pass or when the ring could wrap onto them: the same beacons, the same cells kept,
+/// and a fraction of the reads. Prompt ubatches are still read one by one.
+#[test]
+fn queries_read_together_from_a_ring_keep_the_same_cells() {
+    const RING: usize = 16;
+    let run = |ring: bool| {
+        let spec = "beacon,budget=48,window=8,prefix=4,beacons=4,recent=4,qcap=4";
+        let mut host = FakeHost::new(2, 4, 2, D, 256, RING).with_rope();
+        host.via_read_rows = true;
+        if ring {
+            host.layers
+                .iter_mut()
+                .for_each(|l| l.raw.q_rows = RING as i32);
+        }
+        let mut engine = Engine::new(Params::parse(spec).unwrap(), &mut host);
+        let mut rng = Lcg(11);
+        let mut cursor = 0;
+        let mut p = 0;
+        // a prompt of 5 ubatches of 4 tokens, then one token per decode call
+        while p < 180 {
+            let n = if p < 20 { 4 } else { 1 };
+            engine.before_batch(&mut host, &[0], &[n], None).unwrap();
+            let (pos, rows): (Vec<i32>, Vec<i32>) = (p..p + n)
+                .map(|q| {
+                    let cell = host.place(0, q);
+                    let row = if ring {
+                        cursor % RING
+                    } else {
+                        (q - p) as usize
+                    };
+                    cursor += 1;
+                    for l in 0..2 {
+                        host.k_row_mut(l, cell)
+                            .iter_mut()
+                            .for_each(|v| *v = f16::from_f32(rng.next()));
+                        host.q_row_mut(l, row)
+                            .iter_mut()
+                            .for_each(|v| *v = rng.next());
+                    }
+                    (q, row as i32)
+                })
+                .unzip();
+            let seqs = vec![0; pos.len()];
+            engine.after_ubatch(&mut host, &pos, &seqs, &rows).unwrap();
+            engine.after_decode(&mut host).unwrap();
+            p += n;
+        }
+        // the last steps' rows wait for a pass; a flush reads them
+        let waiting = engine.stats(0).bytes_capture;
+        engine.flush_queries(&mut host).unwrap();
+        assert_eq!(engine.stats(0).bytes_capture > waiting, ring);
+        (host.positions(0), engine.stats(0), host.q_reads)
+    };
+    let (kept_plain, plain, reads_plain) = run(false);
+    let (kept_ring, ring, reads_ring) = run(true);
+    assert!(plain.compress_events > 5, "{plain:?}");
+    assert_eq!(kept_ring, kept_plain, "same cells kept");
+    assert_eq!(ring.compress_events, plain.compress_events);
+    // read_rows calls: one per ubatch and layer without the ring (160 decode steps, 5 prompt
+    // ubatches); with it one per layer every RING - qcap steps or pass, two where the ring wraps
+    assert_eq!(reads_plain, 2 * 165);
+    assert!(reads_ring * 4 < reads_plain, "{reads_ring} calls");
+    assert_eq!(ring.bytes_capture, plain.bytes_capture);
+}
+
 /// A backend's log of a probability that underflows f32 is -inf; the engine floors it, so
 /// `reduce=zmean` still ranks (its mean would be NaN) and the keys every query attends to stay.
 #[test]

@@ -134,7 +134,8 @@ fn compression_through_rpc_matches_the_local_run() {
 
 /// With K on the RPC device, a compression pass reads the scores of every layer from it in one
 /// read, not one K row per cell: the reads per pass are the same at budgets 96 and 192 (one), and
-/// query capture reads once per ubatch for all layers. The copy path (`read=copy`)
+/// query capture reads all layers at once, the decode steps' rows together (not per token). The
+/// copy path (`read=copy`)
 /// reads at least a row per cell and layer.
 #[test]
 fn rpc_passes_read_a_constant_number_of_times_per_layer() {
@@ -159,11 +160,16 @@ fn rpc_passes_read_a_constant_number_of_times_per_layer() {
         );
         assert!(s["compress_events"].as_u64().unwrap() > 10, "{s}");
         assert_eq!(per_pass(s), 1.0, "one read per pass for all layers: {s}");
-        // one read per ubatch, however many layers: one per generated token and the prompt's
-        // ubatches of 32 tokens (n_ubatch is clamped to max(budget / 8, 32))
+        // capture reads all layers at once: after each of the prompt's ubatches of 32 tokens
+        // (n_ubatch is clamped to max(budget / 8, 32)), then the generated tokens' rows together
+        // from the store's ring of 2 * 64 rows: before a pass, or before the ring could wrap onto
+        // them (a run that wraps is two reads)
         let prompt_ubatches = s["n_prompt"].as_u64().unwrap().div_ceil(32);
-        let calls = s["n_generated"].as_u64().unwrap() + prompt_ubatches;
-        assert!(s["reads_capture"].as_u64().unwrap() <= calls, "{s}");
+        let generated = s["n_generated"].as_u64().unwrap();
+        let passes = s["compress_events"].as_u64().unwrap();
+        let most = prompt_ubatches + passes + generated / 64 + generated / 128 + 2;
+        let reads = s["reads_capture"].as_u64().unwrap();
+        assert!(reads <= most && reads * 4 < generated, "{reads} reads: {s}");
     }
     assert_eq!(per_pass(&small), per_pass(&large));
     assert!(

@@ -1,8 +1,6 @@
 //! The decode hooks: what the engine does before a batch is placed, after a ubatch and a decode
 //! call are computed, and when the host removes or copies positions of a sequence.
 
-use std::time::Instant;
-
 use super::fallback::Scoring;
 use super::seq::{Phase, SeqState};
 use super::{Engine, EngineError};
@@ -113,14 +111,13 @@ impl Engine {
         seq_id: &[i32],
         q_row: &[i32],
     ) -> Result<(), EngineError> {
-        let t0 = Instant::now();
         self.describe_final_layers(host);
         for (&p, &s) in pos.iter().zip(seq_id) {
             let st = &mut self.seq_entry(s).stats;
             st.pos_max = st.pos_max.max(p);
             st.n_tokens += 1;
         }
-        let captured = self.capture_queries(host, pos, seq_id, q_row, t0);
+        let captured = self.capture_queries(host, pos, seq_id, q_row);
         if captured.is_ok() && self.params.policy.uses_queries() {
             for &s in seq_id {
                 let state = self.seq_entry(s);

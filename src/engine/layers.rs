@@ -19,6 +19,8 @@ pub(super) struct LayerSet {
     shapes: Vec<(usize, usize)>,
     /// Layers were described again after the host built its first graph.
     finalised: bool,
+    /// Rows of the host's query-store ring, the smallest over the scored layers (0: no ring).
+    pub(super) q_ring: usize,
 }
 
 impl Default for LayerSet {
@@ -29,6 +31,7 @@ impl Default for LayerSet {
             kv_bytes_per_cell: 0,
             shapes: Vec::new(),
             finalised: false,
+            q_ring: 0,
         }
     }
 }
@@ -104,7 +107,16 @@ impl Engine {
             .iter()
             .map(|l| (l.n_head, l.head_dim))
             .collect();
+        self.layers.q_ring = self
+            .layers
+            .descs
+            .iter()
+            .map(|l| l.q_rows)
+            .min()
+            .unwrap_or(0);
         if shapes != self.layers.shapes {
+            // rows not read yet belong to stores that are rebuilt
+            self.capture.pending.clear();
             self.layers.shapes = shapes;
             let fresh = self.new_queries();
             for s in self.seqs.values_mut() {

@@ -54,10 +54,15 @@ impl Engine {
         seq: i32,
         target: usize,
     ) -> Result<usize, EngineError> {
-        self.compress_pass(host, seq, target, false)
+        // queries not read yet first; a failed read switches to position-only scoring, which
+        // this pass then uses
+        let flushed = self.flush_queries(host);
+        let n = self.compress_pass(host, seq, target, false)?;
+        flushed.map(|()| n)
     }
 
-    /// A compression pass: list → score → reduce → select → evict. With an archive, `swap`
+    /// A compression pass: list → score → reduce → select → evict, over the queries read so far
+    /// (`compress` reads the pending ones; with an archive on none wait). With an archive, `swap`
     /// asks for a pass at the current size that only exchanges cells for archived ones.
     pub(super) fn compress_pass(
         &mut self,

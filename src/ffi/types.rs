@@ -195,6 +195,7 @@ abi_structs! {
         pub q_data: *const c_void,
         pub q_nb1: usize,
         pub q_on_host: bool,
+        pub q_rows: i32,
         pub rope_n_dims: i32,
         pub rope_mode: i32,
         pub rope_n_ctx_orig: i32,

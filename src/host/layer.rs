@@ -34,6 +34,9 @@ pub struct LayerDesc {
     pub q_nb1: usize,
     /// Query rows are read through `q_data`; otherwise through `Host::read_rows`.
     pub q_direct: bool,
+    /// Rows of the host's query store when it is a ring (see the header's `q_rows`); 0: rows
+    /// restart at 0 in every ubatch.
+    pub q_rows: usize,
     /// `None`: no supported RoPE, queries are scored as captured.
     pub rope: Option<Rope>,
     /// Equal for layers with equal `rope` (the engine assigns it), so they share rotations.
@@ -142,6 +145,7 @@ impl LayerDesc {
             q_data: HostPtr(raw.q_data as *const u8),
             q_nb1: raw.q_nb1,
             q_direct,
+            q_rows: raw.q_rows.max(0) as usize,
             rope,
             rope_id: host_index.max(0) as usize,
             hadamard_n,

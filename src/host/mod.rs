@@ -27,6 +27,7 @@ impl Default for RawLayer {
             q_data: std::ptr::null(),
             q_nb1: 0,
             q_on_host: false,
+            q_rows: 0,
             rope_n_dims: 0,
             rope_mode: 0,
             rope_n_ctx_orig: 0,

@@ -57,6 +57,7 @@ KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, ext_factor); KVC_SAME(llama_kv_p
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, beta_fast); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, beta_slow);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, k_on_host);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_data);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_on_host);
+KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, q_rows);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, rope_n_dims); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, freq_factors);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, hadamard_n); KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, kv_bytes_per_cell);
 KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, v_type);    KVC_SAME(llama_kv_plugin_layer, beaconkv_layer, v_dim);

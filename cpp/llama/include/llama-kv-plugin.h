@@ -46,6 +46,7 @@ struct llama_kv_plugin_layer {
     const void * q_data;
     size_t  q_nb1;
     bool    q_on_host;
+    int32_t q_rows;      // rows of the store, a ring: each ubatch's rows follow the previous ubatch's
 
     // RoPE of this layer (from the graph's ROPE node); rope_n_dims == 0: none found
     int32_t rope_n_dims;

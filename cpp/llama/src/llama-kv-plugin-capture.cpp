@@ -44,13 +44,23 @@ public:
         GGML_ASSERT(q_idxs->ne[0] == (int64_t) ubatch->n_tokens);
 
         const int32_t n = ubatch->n_tokens;
+        auto & rows = st->q_rows_ubatch;
         rows.resize(n);
         llama_kv_plugin_q_rows(n, q_capacity, rows.data());
 
+        // captured tokens take the next rows of the ring
+        const int32_t ring = st->q_ring;
+        int32_t captured = 0;
         int64_t * data = (int64_t *) q_idxs->data;
         for (int32_t i = 0; i < n; ++i) {
-            data[i] = rows[i] >= 0 ? rows[i] : q_capacity; // last row = trash
+            if (rows[i] >= 0) {
+                rows[i] = (st->q_cursor + rows[i]) % ring;
+                captured++;
+            }
+            data[i] = rows[i] >= 0 ? rows[i] : ring; // last row = trash
         }
+        st->q_cursor   = (st->q_cursor + captured) % ring;
+        st->q_rows_set = true;
     }
 
     bool can_reuse(const llm_graph_params & params) override {
@@ -64,8 +74,6 @@ public:
     llama_kv_plugin_state * st;
     const uint64_t generation;
     const int32_t  q_capacity;
-
-    std::vector<int32_t> rows;
 };
 
 static const ggml_tensor * kvp_find_rope(const ggml_tensor * t) {

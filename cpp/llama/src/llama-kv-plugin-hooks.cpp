@@ -72,10 +72,14 @@ int32_t llama_kv_plugin_after_ubatch(llama_kv_plugin_state * st, const llama_uba
 
     st->q_epoch++; // the query stores hold this ubatch's rows now
 
-    std::vector<int32_t>      rows(n);
+    // the rows the graph's capture wrote; none when this ubatch's graph captured nothing
+    std::vector<int32_t>      rows(n, -1);
     std::vector<llama_seq_id> seq(n);
 
-    llama_kv_plugin_q_rows(n, st->plugin.q_capacity, rows.data());
+    if (st->q_rows_set && (int32_t) st->q_rows_ubatch.size() == n) {
+        rows = st->q_rows_ubatch;
+    }
+    st->q_rows_set = false;
     for (int32_t i = 0; i < n; ++i) {
         seq[i] = ubatch.seq_id[i][0];
     }

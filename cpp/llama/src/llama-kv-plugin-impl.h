@@ -44,7 +44,7 @@ struct llama_kv_plugin_state {
     struct layer {
         int32_t il = -1;
 
-        ggml_tensor * q_store = nullptr; // F32 [n_embd_head_k*n_head, q_capacity + 1], last row = trash: a view of
+        ggml_tensor * q_store = nullptr; // F32 [n_embd_head_k*n_head, q_ring + 1], last row = trash: a view of
                                          // its group's store, whose rows hold every layer of the group side by side
         int32_t q_group  = -1;           // index in q_groups
         size_t  q_offset = 0;            // first float of this layer in a row of the group's store
@@ -79,13 +79,20 @@ struct llama_kv_plugin_state {
     // query stores, one per K buffer type: row r holds row r of every layer of the group, so the rows of a
     // ubatch come to the host in one read for all layers (llama_kv_plugin_read_rows keeps them in `mirror`)
     struct q_group {
-        ggml_tensor *      store = nullptr; // F32 [sum of the layers' n_embd_q, q_capacity + 1]
+        ggml_tensor *      store = nullptr; // F32 [sum of the layers' n_embd_q, q_ring + 1]
         std::vector<float> mirror;          // rows lo..hi of store, read in ubatch `epoch`
         int64_t            lo = 0, hi = -1;
         uint64_t           epoch = 0;
     };
     std::vector<q_group> q_groups;
     uint64_t q_epoch = 1; // advanced before every after_ubatch hook: the query stores have new rows
+
+    // the stores' rows are a ring: each ubatch's captured rows follow the previous ubatch's, so the plugin
+    // can leave the rows of several decode steps unread and read them together (beaconkv_layer.q_rows)
+    int32_t q_ring   = 0;           // rows in the ring (the trash row is after them)
+    int32_t q_cursor = 0;           // ring row of the next captured token
+    std::vector<int32_t> q_rows_ubatch; // rows of the ubatch being computed (set with the graph's inputs)
+    bool q_rows_set  = false;       // q_rows_ubatch belongs to the ubatch after_ubatch reports
 
     // reads from backend buffers made on the plugin's behalf (ggml_backend_tensor_get calls and their bytes)
     uint64_t n_reads    = 0;

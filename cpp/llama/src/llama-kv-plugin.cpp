@@ -202,6 +202,9 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
         return kvp_refuse("the attention cache has no layers");
     }
 
+    // two ubatches of captured rows: the plugin may leave up to one ubatch's rows unread
+    st->q_ring = 2*p->q_capacity;
+
     size_t total = 0;
     for (size_t g = 0; g < group_buft.size(); ++g) {
         ggml_init_params params = {
@@ -216,12 +219,12 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
         st->ctxs_bufs.emplace_back(c, nullptr);
 
         llama_kv_plugin_state::q_group G;
-        G.store = ggml_new_tensor_2d(c, GGML_TYPE_F32, group_width[g], p->q_capacity + 1);
+        G.store = ggml_new_tensor_2d(c, GGML_TYPE_F32, group_width[g], st->q_ring + 1);
         ggml_format_name(G.store, "kvp_q_store_g%d", (int) g);
         for (auto & L : st->layers) {
             if (L.q_group == (int32_t) g) {
                 const int64_t n_embd_q = (int64_t) hparams.n_embd_head_k(L.il)*hparams.n_head(L.il);
-                L.q_store = ggml_view_2d(c, G.store, n_embd_q, p->q_capacity + 1, G.store->nb[1], L.q_offset*sizeof(float));
+                L.q_store = ggml_view_2d(c, G.store, n_embd_q, st->q_ring + 1, G.store->nb[1], L.q_offset*sizeof(float));
                 ggml_format_name(L.q_store, "kvp_q_store_l%d", (int) L.il);
             }
         }
@@ -237,7 +240,7 @@ int32_t llama_kv_plugin_attach(llama_context * ctx, const llama_kv_plugin * p) {
     }
 
     LLAMA_LOG_INFO("%s: KV plugin attached: %zu evictable attention layers%s, query store %d rows, %.2f MiB\n", __func__,
-            st->layers.size(), protect_last ? " (hybrid: newest cell kept)" : "", p->q_capacity, total/1024.0/1024.0);
+            st->layers.size(), protect_last ? " (hybrid: newest cell kept)" : "", st->q_ring, total/1024.0/1024.0);
 
     st->plugin.free = p->free;
 
@@ -294,6 +297,7 @@ int32_t llama_kv_plugin_get_layer(llama_context * ctx, int32_t i, llama_kv_plugi
     out->q_data    = L.q_store->data;
     out->q_nb1     = L.q_store->nb[1];
     out->q_on_host = L.q_store->buffer && ggml_backend_buffer_is_host(L.q_store->buffer);
+    out->q_rows    = st->q_ring;
 
     out->rope_n_dims     = L.rope_n_dims;
     out->rope_mode       = L.rope_mode;
