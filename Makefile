@@ -19,6 +19,7 @@
 #   make bench           the full benchmark on SmolLM2-135M (about an hour on 2 cores)
 #   make bench-tasks     task accuracy (RULER-style) and own-trace fidelity on Qwen2.5-Coder-0.5B (about 60 minutes)
 #   make bench-reason    chain-of-thought accuracy on Qwen2.5-Coder-1.5B (about three hours on 2 cores; a rerun resumes)
+#   make bench-rpc       decode time over a loopback ggml RPC backend vs host memory, compressed and not (table; about 3 minutes)
 #   make bench-humaneval HumanEval functions written several to an answer, run against their tests, Qwen2.5-Coder-1.5B (hours; resumes)
 #   make lint            README/docs wording (scripts/lint-docs.sh), result tables against their files, cargo fmt --check, clippy -D warnings
 #   make results-tables  rewrite the generated result tables of docs/results.md and README.md from docs/results/
@@ -39,7 +40,7 @@ PREFIX ?= /usr/local
 DEMO_PROMPT ?= Explain, step by step, how a lighthouse keeper would plan the supplies for a long winter on a remote island.
 DEMO_FLAGS ?= -n 4096 --temp 0.7 --seed 7
 
-.PHONY: all help results-tables build lib llama tools models demo test test-fast test-unit test-e2e test-server test-upstream-server soak bench bench-tasks bench-reason bench-humaneval lint install clean check-upstream
+.PHONY: all help results-tables build lib llama tools models demo test test-fast test-unit test-e2e test-server test-upstream-server soak bench bench-rpc bench-tasks bench-reason bench-humaneval lint install clean check-upstream
 
 all: build
 
@@ -131,6 +132,11 @@ bench-reason: build
 # results/humaneval-<model>/results.jsonl and a rerun skips those already there
 bench-humaneval: build
 	cargo run --release -q -p beaconkv-bench -- humaneval
+
+# decode time with the KV cache in a loopback ggml-rpc-server against host memory, compressed and not
+# (scripts/measure-rpc.sh: llama-completion, 2,048 tokens, one thread each; about 3 minutes)
+bench-rpc: build
+	scripts/measure-rpc.sh
 
 lint:
 	scripts/lint-docs.sh

@@ -42,7 +42,7 @@ extern "C" {
 
 /* Changes whenever a struct's layout or a function's meaning changes: code compiled against another
  * version must be rebuilt against this header (structs are passed by value and by pointer). */
-#define BEACONKV_ABI_VERSION 6
+#define BEACONKV_ABI_VERSION 7
 
 /* Status codes: 0 = success, negative = error. */
 typedef enum beaconkv_status {
@@ -272,7 +272,8 @@ typedef struct beaconkv_host {
  * a reset of seq (beaconkv_seq_removed(seq, -1, -1)); free = beaconkv_context_free. */
 typedef struct beaconkv_plugin {
     void *  ud;          /* the beaconkv_context *                                      */
-    int32_t q_capacity;  /* rows the host's per-layer query store needs (params qcap)   */
+    int32_t q_capacity;  /* query rows the host captures per ubatch (params qcap); its
+                            store holds at least this many (see beaconkv_layer.q_rows) */
     int32_t (*before_batch)(void * ud, int32_t n_seq, const int32_t * seq_ids, const int32_t * n_new,
                             const int32_t * n_outputs, int32_t n_tokens, const int32_t * pos,
                             const int32_t * seq_id, const int32_t * token);

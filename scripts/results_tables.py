@@ -458,22 +458,27 @@ def revisit_texts_table(name: str) -> str:
 
 
 def rpc_table(name: str) -> str:
-    """`scripts/measure-rpc.sh` runs (its printed rows, under `# N = TOKENS` lines) in
-    `docs/results/NAME/measure-rpc.txt`: total time, decode speed and llama.cpp's unaccounted share."""
-    out = ["| where | tokens | config | total s | decode ms/token | unaccounted | text MD5 |",
-           "| --- | ---: | --- | ---: | ---: | ---: | --- |"]
-    n = None
+    """`scripts/measure-rpc.sh` runs (its printed rows, under `# N = TOKENS` lines, each sitting
+    under its `# llama.cpp ..., commit C, ...` line) in `docs/results/NAME/measure-rpc.txt`: total
+    time, decode speed and llama.cpp's unaccounted share."""
+    out = ["| commit | where | tokens | config | total s | decode ms/token | unaccounted | text MD5 |",
+           "| --- | --- | ---: | --- | ---: | ---: | ---: | --- |"]
+    n = commit = None
     for line in (RESULTS / name / "measure-rpc.txt").read_text().splitlines():
         m = re.match(r"# N = (\d+)", line)
         if m:
             n = int(m.group(1))
+            continue
+        m = re.match(r"# llama\.cpp .*commit (\w+),", line)
+        if m:
+            commit = m.group(1)
             continue
         f = line.split()
         if not f or f[0] not in ("rpc", "host"):
             continue
         where, spec, total, eval_ms, unacc, md5 = f[0], f[1], float(f[2]), float(f[3]), f[4], f[6]
         config = "full cache" if spec == "none" else spec.replace("policy=", "").replace(",budget=", ", budget ")
-        out.append(f"| {'RPC' if where == 'rpc' else 'host'} | {n:,} | {config} | {total:.1f} | {eval_ms:.2f} | "
+        out.append(f"| {commit} | {'RPC' if where == 'rpc' else 'host'} | {n:,} | {config} | {total:.1f} | {eval_ms:.2f} | "
                    f"{unacc}% | `{md5}` |")
     return "\n".join(out) + "\n"
 

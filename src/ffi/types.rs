@@ -90,7 +90,7 @@ macro_rules! abi_constants {
 
 abi_constants! {
     /// Changes whenever a struct's layout or a function's meaning changes.
-    BEACONKV_ABI_VERSION: i32 = 6;
+    BEACONKV_ABI_VERSION: i32 = 7;
     BEACONKV_OK: i32 = 0;
     /// A required pointer was NULL.
     BEACONKV_ERR_NULL: i32 = -1;

@@ -65,7 +65,7 @@ struct llama_kv_plugin_layer {
 
 struct llama_kv_plugin {
     void * ud;
-    int32_t q_capacity;   // rows of the per-layer query store (captured queries per ubatch), >= 1
+    int32_t q_capacity;   // queries captured per ubatch, >= 1 (the store is a ring of 2 * q_capacity rows)
 
     // before the tokens of a llama_decode call are placed: n_new[i] tokens go to seq_ids[i], n_outputs[i] of
     // them request logits (a prompt chunk requests at most one; a generation step or a speculative
