@@ -33,12 +33,24 @@ impl Acc {
 /// Key: (task, length; 0 = all lengths, policy, budget; 0 for none).
 pub type AccKey = (Task, u32, String, i64);
 
+/// The `--policies` entry a config ran: `beacon:512/prompt=inside` → `beacon/prompt=inside`
+/// (the budget dropped; entries that differ only in spec keys stay apart).
+pub fn policy_entry(config: &str) -> String {
+    match config.split_once(':') {
+        None => config.to_string(),
+        Some((name, rest)) => match rest.split_once('/') {
+            Some((_, spec)) => format!("{name}/{spec}"),
+            None => name.to_string(),
+        },
+    }
+}
+
 pub fn aggregate(rows: &[Scored]) -> BTreeMap<AccKey, Acc> {
     let mut m: BTreeMap<AccKey, Acc> = BTreeMap::new();
     for r in rows {
         for len in [r.length, 0] {
             let a = m
-                .entry((r.task, len, r.row.policy.clone(), r.row.budget))
+                .entry((r.task, len, policy_entry(&r.row.config), r.row.budget))
                 .or_default();
             a.n += 1;
             a.k += r.correct as u64;

@@ -108,7 +108,7 @@ fn eval_arguments() {
 
 fn row(doc: &Doc, q: usize, config: &str, output: &str) -> EvalTaskRow {
     let (policy, budget) = match config.split_once(':') {
-        Some((p, b)) => (p.to_string(), b.parse().unwrap()),
+        Some((p, b)) => (p.to_string(), b.split('/').next().unwrap().parse().unwrap()),
         None => (config.to_string(), 0),
     };
     EvalTaskRow {
@@ -190,6 +190,39 @@ fn scoring_rows_and_tables() {
     let mut unknown = rows;
     unknown[0].id = "nope".into();
     assert!(score_rows(&docs, unknown, &cfgs).is_err());
+}
+
+/// Two entries of one policy that differ in spec keys (the prompt policy) are counted apart.
+#[test]
+fn entries_that_differ_in_spec_keys_are_counted_apart() {
+    assert_eq!(
+        policy_entry("beacon:512/prompt=inside"),
+        "beacon/prompt=inside"
+    );
+    assert_eq!(policy_entry("beacon:512"), "beacon");
+    assert_eq!(policy_entry("none"), "none");
+    let docs = vec![tasks::generate(Task::Niah, 256, 0, 1, 4.0)];
+    let cfgs: Vec<String> = vec![
+        "none".into(),
+        "beacon:64".into(),
+        "beacon:64/prompt=inside".into(),
+    ];
+    let q = &docs[0].questions[0];
+    let rows = vec![
+        row(&docs[0], 0, "none", &q.reference),
+        row(&docs[0], 0, "beacon:64", &q.reference),
+        row(&docs[0], 0, "beacon:64/prompt=inside", "no idea"),
+    ];
+    let acc = aggregate(&score_rows(&docs, rows, &cfgs).unwrap());
+    assert_eq!(acc[&(Task::Niah, 0, "beacon".into(), 64)].k, 1);
+    assert_eq!(
+        acc[&(Task::Niah, 0, "beacon/prompt=inside".into(), 64)].k,
+        0
+    );
+    assert_eq!(
+        acc[&(Task::Niah, 0, "beacon/prompt=inside".into(), 64)].n,
+        1
+    );
 }
 
 fn trace_fixture() -> TraceRun {
