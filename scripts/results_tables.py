@@ -498,6 +498,42 @@ def scoring_paths_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def passkey_table(name: str, files: list) -> str:
+    """`beaconkv-eval --mode passkey` runs (`docs/results/NAME/FILE` for each of `files`, in
+    order): per config, the depths where the key was found and the needle tokens still held."""
+    out = ["| config | budget | found | needle tokens held when asked |",
+           "| --- | ---: | --- | --- |"]
+    for file in files:
+        rows = eval_doc(name, file)["results"]
+        for config in OrderedDict((r["config"], None) for r in rows):
+            runs = [r for r in rows if r["config"] == config]
+            depths = [r["depth"] for r in runs]
+            found = [r["depth"] for r in runs if r["found"]]
+            run = found and depths[depths.index(found[0]):depths.index(found[0]) + len(found)] == found
+            where = (f"{found[0]:g}–{found[-1]:g}" if run and len(found) > 2
+                     else ", ".join(f"{d:g}" for d in found))
+            held = sorted({r["needle_kept"] for r in runs})
+            held_s = f"{held[0]}" if len(held) == 1 else f"{held[0]}–{held[-1]}"
+            budget = "–" if config == "none" else f"{int(runs[0]['budget']):,}"
+            out.append(f"| {config_label(config)} | {budget} | {len(found)} of {len(runs)}"
+                       f"{f' ({where})' if found else ''} | {held_s} of {runs[0]['needle_tokens']} |")
+    return "\n".join(out) + "\n"
+
+
+def scoring_cost_table(name: str) -> str:
+    """`beaconkv-eval --mode speed` per config at its longest context (`docs/results/NAME/speed.json`):
+    scoring time, the plugin's whole time and its share of decode."""
+    rows = eval_doc(name, "speed.json")["results"]
+    last = max(r["context"] for r in rows)
+    out = [f"| config | scoring time over {last:,} tokens | plugin time (capture + scoring + eviction) "
+           "| plugin share of decode |", "| --- | ---: | ---: | ---: |"]
+    for r in rows:
+        if r["context"] == last:
+            out.append(f"| `{r['config']}` | {thousands(r['plugin_ms_score'])} ms | {thousands(r['plugin_ms'])} ms | "
+                       f"{100 * r['plugin_ms'] / r['decode_ms']:.1f}% |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
@@ -519,6 +555,8 @@ RENDERERS = {
     "smollm2-revisit-texts": lambda: revisit_texts_table("smollm2"),
     "gemma3-270m-agree": lambda: agree_table("gemma3-270m"),
     "gemma3-270m-revisit": lambda: revisit_table("gemma3-270m"),
+    "default-smollm2-passkey": lambda: passkey_table("default-smollm2", ["passkey.json", "passkey-archive.json"]),
+    "default-smollm2-scoring-cost": lambda: scoring_cost_table("default-smollm2"),
     "rpc": lambda: rpc_table("rpc"),
     "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
