@@ -6,6 +6,9 @@
 //! Keys and queries are random, so every layer scores alike and a pruned pass (docs/design.md)
 //! skips next to nothing here: this measures the kernel, not the pruning real passes get.
 //!
+//! Last, capture at an 8B model's query shape (32 layers, 32 query heads of 128): decode-step
+//! queries read from a ring-shaped store off host memory and flushed 64 rows at a time.
+//!
 //! Run: `cargo bench --bench scoring`
 
 use std::time::Instant;
@@ -142,4 +145,47 @@ fn main() {
             .collect();
         println!("| {cells} | {:.1} ms | {:.1} ms |", ms[0], ms[1]);
     }
+
+    println!();
+    println!(
+        "| capture per token, 32 layers x 32 query heads x 128, flushed 64 rows at a time \
+         (median of 3 runs of 512 tokens) | {:.0} µs |",
+        capture_us_8b(&mut rng)
+    );
+}
+
+/// Capture µs per token at an 8B model's query shape, its store a ring of 128 rows off host
+/// memory (read through `read_rows`, which copies every row as a device host would).
+fn capture_us_8b(rng: &mut Lcg) -> f64 {
+    const L: usize = 32;
+    const H: usize = 32;
+    const D8: usize = 128;
+    const RING: usize = 128;
+    const TOKENS: i32 = 512;
+    let runs = (0..3).map(|_| {
+        let mut host = FakeHost::new(L, H, 8, D8, 1024, RING);
+        host.via_read_rows = true;
+        for l in &mut host.layers {
+            l.raw.rope_n_dims = D8 as i32;
+            l.raw.rope_mode = 2;
+            l.raw.rope_n_ctx_orig = 8192;
+            l.raw.q_rows = RING as i32;
+            for v in &mut l.q {
+                *v = rng.next();
+            }
+        }
+        let params = Params::parse("beacon,budget=4096,qcap=64").unwrap();
+        let mut engine = Engine::new(params, &mut host);
+        // a one-token prompt, then decode steps (whose rows wait for a flush)
+        engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+        engine.after_ubatch(&mut host, &[0], &[0], &[0]).unwrap();
+        for p in 1..TOKENS {
+            engine.before_batch(&mut host, &[0], &[1], None).unwrap();
+            let row = p % RING as i32;
+            engine.after_ubatch(&mut host, &[p], &[0], &[row]).unwrap();
+        }
+        engine.flush_queries(&mut host).unwrap();
+        engine.stats(0).ms_capture * 1e3 / TOKENS as f64
+    });
+    median(runs.collect())
 }

@@ -534,6 +534,35 @@ def scoring_cost_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def document_questions_table(name: str) -> str:
+    """`beaconkv-bench tasks --only task` (`docs/results/NAME/tasks.csv`): per config, the questions
+    answered right (all tasks, with the Wilson interval, and per task), the most cells held, and
+    the exact McNemar test against the full cache on the same questions."""
+    rows = read_csv(RESULTS / name / "tasks.csv")
+    tasks = list(OrderedDict((r["task"], None) for r in rows))
+    right, cells = OrderedDict(), {}
+    for r in rows:
+        key = (r["task"], r["length"], r["doc"], r["question"])
+        right.setdefault(r["config"], {})[key] = r["correct"] == "true"
+        cells.setdefault(r["config"], []).append(int(r["cells_peak"]))
+    full = right.get("none", {})
+    out = ["| policy | budget | questions right | " + " | ".join(tasks) +
+           " | cells held (most) | against the full cache (lost / won, exact McNemar) |",
+           "| --- | ---: | --- |" + " ---: |" * len(tasks) + " ---: | --- |"]
+    for config, got in right.items():
+        per_task = [[v for key, v in got.items() if key[0] == t] for t in tasks]
+        if config == "none":
+            budget, paired = "–", "–"
+        else:
+            budget = config.split(":")[1].split("/")[0]
+            _, lost, won = discordant(full, got, lambda x, y: x and not y)
+            paired = f"−{lost} +{won}, {p_value(mcnemar_exact(lost, won))}"
+        out.append(f"| {config_label(config)} | {budget} | {pct(sum(got.values()), len(got))} | " +
+                   " | ".join(f"{sum(v)}/{len(v)}" for v in per_task) +
+                   f" | {thousands(max(cells[config]))} | {paired} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
