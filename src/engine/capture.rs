@@ -29,8 +29,17 @@ pub(super) struct CaptureScratch {
     queries: QueryScratch,
     /// RoPE rotations of the positions one flush un-rotates.
     rotations: RotationMemo,
-    /// Captured rows not read yet, in capture order: (position, sequence, query-store row).
-    pub(super) pending: Vec<(i32, i32, u32)>,
+    /// Captured rows not read yet, in capture order.
+    pub(super) pending: Vec<PendingRow>,
+}
+
+/// A token whose query waits in the host's store.
+#[derive(Clone, Copy)]
+pub(super) struct PendingRow {
+    pos: i32,
+    seq: i32,
+    /// Its row in the host's query store.
+    row: u32,
 }
 
 impl Engine {
@@ -50,11 +59,17 @@ impl Engine {
             return Ok(());
         }
         let captured = pos.iter().zip(seq_id).zip(q_row);
-        self.capture.pending.extend(
-            captured
-                .filter(|(_, &r)| r >= 0)
-                .map(|((&p, &s), &r)| (p, s, r as u32)),
-        );
+        self.capture
+            .pending
+            .extend(
+                captured
+                    .filter(|(_, &r)| r >= 0)
+                    .map(|((&pos, &seq), &r)| PendingRow {
+                        pos,
+                        seq,
+                        row: r as u32,
+                    }),
+            );
         if self.pending_may_wait(seq_id) {
             return Ok(());
         }
@@ -97,7 +112,7 @@ impl Engine {
         let mut start = 0;
         while start < pending.len() && failed_read.is_none() {
             let mut end = start + 1;
-            while end < pending.len() && pending[end].2 == pending[end - 1].2 + 1 {
+            while end < pending.len() && pending[end].row == pending[end - 1].row + 1 {
                 end += 1;
             }
             failed_read = self.push_rows(host, &pending[start..end]);
@@ -110,14 +125,14 @@ impl Engine {
         }
         // Reads are whole calls: all of them go to the first pending row's sequence.
         let reads1 = host.transfers();
-        if let Some(state) = self.seqs.get_mut(&pending[0].1) {
+        if let Some(state) = self.seqs.get_mut(&pending[0].seq) {
             state.stats.reads_capture += reads1.0.saturating_sub(reads0.0);
             state.stats.bytes_capture += reads1.1.saturating_sub(reads0.1);
         }
         // Attribute the time to sequences by their share of the rows.
         let ms = t0.elapsed().saturating_sub(waited).as_secs_f64() * 1e3 / pending.len() as f64;
-        for &(_, s, _) in &pending {
-            if let Some(state) = self.seqs.get_mut(&s) {
+        for r in &pending {
+            if let Some(state) = self.seqs.get_mut(&r.seq) {
                 state.stats.ms_capture += ms;
             }
         }
@@ -129,13 +144,13 @@ impl Engine {
 
     /// Pushes the queries of consecutive store rows `run` into their sequences' stores, every
     /// layer; `Some((layer, rc))` when a read fails.
-    fn push_rows(&mut self, host: &mut dyn Host, run: &[(i32, i32, u32)]) -> Option<(i32, i32)> {
+    fn push_rows(&mut self, host: &mut dyn Host, run: &[PendingRow]) -> Option<(i32, i32)> {
         let (seqs, scratch) = (&mut self.seqs, &mut self.capture);
         for (li, layer) in self.layers.descs.iter().enumerate() {
             let width = layer.n_head * layer.head_dim;
             if !layer.q_direct {
                 scratch.q_row_ids.clear();
-                scratch.q_row_ids.extend(run.iter().map(|&(_, _, r)| r));
+                scratch.q_row_ids.extend(run.iter().map(|r| r.row));
                 scratch.q_rows.resize(run.len() * width, 0.0);
                 let rc = host.read_rows(
                     layer.host_index,
@@ -148,30 +163,30 @@ impl Engine {
                     return Some((layer.host_index, rc));
                 }
             }
-            for (i, &(p, s, r)) in run.iter().enumerate() {
+            for (i, &PendingRow { pos, seq, row }) in run.iter().enumerate() {
                 let q: &[f32] = if layer.q_direct {
                     // SAFETY: the host promises row r of the query store holds width f32 values.
                     unsafe {
                         std::slice::from_raw_parts(
-                            layer.q_data.0.add(r as usize * layer.q_nb1) as *const f32,
+                            layer.q_data.0.add(row as usize * layer.q_nb1) as *const f32,
                             width,
                         )
                     }
                 } else {
                     &scratch.q_rows[i * width..(i + 1) * width]
                 };
-                let Some(state) = seqs.get_mut(&s) else {
+                let Some(state) = seqs.get_mut(&seq) else {
                     continue;
                 };
                 let store = &mut state.queries.layers[li];
                 match &layer.rope {
                     Some(rope) => {
-                        let inverse = scratch.rotations.get_inverse(layer.rope_id, rope, p);
-                        store.push_with(q, p, &mut scratch.queries, |head| {
+                        let inverse = scratch.rotations.get_inverse(layer.rope_id, rope, pos);
+                        store.push_with(q, pos, &mut scratch.queries, |head| {
                             rope.unrotate_with(head, inverse)
                         });
                     }
-                    None => store.push(q, p, &mut scratch.queries),
+                    None => store.push(q, pos, &mut scratch.queries),
                 }
             }
         }
