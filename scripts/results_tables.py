@@ -586,6 +586,7 @@ RENDERERS = {
     "gemma3-270m-revisit": lambda: revisit_table("gemma3-270m"),
     "default-smollm2-passkey": lambda: passkey_table("default-smollm2", ["passkey.json", "passkey-archive.json"]),
     "default-smollm2-scoring-cost": lambda: scoring_cost_table("default-smollm2"),
+    "document-questions": lambda: document_questions_table("document-questions"),
     "rpc": lambda: rpc_table("rpc"),
     "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
