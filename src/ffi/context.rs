@@ -39,6 +39,15 @@ impl beaconkv_context {
 }
 
 impl Inner {
+    /// The engine with every captured query read into its stores, for the calls that remove,
+    /// copy, save or restore a sequence's state (queries of decode steps wait in the host's
+    /// store until a pass needs them: `engine/capture.rs`). A failed read has put the context
+    /// in fallback, where queries are not used, so it is not an error here.
+    pub(super) fn settled_engine(&mut self) -> &mut Engine {
+        let _ = self.engine.flush_queries(&mut self.host);
+        &mut self.engine
+    }
+
     /// Panics once after [`debug_panic_next_call`] (a no-op in builds without the test hook).
     pub(super) fn take_injected_panic(&mut self) {
         #[cfg(any(test, feature = "testing"))]

@@ -105,10 +105,7 @@ pub unsafe extern "C" fn beaconkv_seq_removed(
     p1: i32,
 ) {
     with_context(ctx, "beaconkv_seq_removed", OnPanic::Retry, |inner, _| {
-        // queries still in the host's store belong to the state being trimmed (a failed read
-        // has put the context in fallback: nothing more to do with them)
-        let _ = inner.engine.flush_queries(&mut inner.host);
-        inner.engine.seq_removed(seq, p0, p1);
+        inner.settled_engine().seq_removed(seq, p0, p1);
         Ok(())
     })
 }
@@ -122,8 +119,7 @@ pub unsafe extern "C" fn beaconkv_seq_copied(
     p1: i32,
 ) {
     with_context(ctx, "beaconkv_seq_copied", OnPanic::Retry, |inner, _| {
-        let _ = inner.engine.flush_queries(&mut inner.host);
-        inner.engine.seq_copied(seq_src, seq_dst, p0, p1);
+        inner.settled_engine().seq_copied(seq_src, seq_dst, p0, p1);
         Ok(())
     })
 }

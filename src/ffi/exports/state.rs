@@ -12,10 +12,7 @@ pub unsafe extern "C" fn beaconkv_seq_state_size(ctx: *const beaconkv_context, s
         ctx,
         "beaconkv_seq_state_size",
         OnPanic::Return,
-        |inner, _| {
-            let _ = inner.engine.flush_queries(&mut inner.host);
-            Ok(inner.engine.save_seq(seq).map_or(0, |v| v.len()))
-        },
+        |inner, _| Ok(inner.settled_engine().save_seq(seq).map_or(0, |v| v.len())),
     )
 }
 
@@ -32,9 +29,7 @@ pub unsafe extern "C" fn beaconkv_seq_state_get(
         OnPanic::Return,
         |inner, err| {
             let buf = buf.arg()? as *mut u8;
-            // a saved state holds every query captured so far
-            let _ = inner.engine.flush_queries(&mut inner.host);
-            let Some(data) = inner.engine.save_seq(seq) else {
+            let Some(data) = inner.settled_engine().save_seq(seq) else {
                 err.set(&format!("beaconkv_seq_state_get: unknown sequence {seq}"));
                 return Ok(BEACONKV_ERR_INVALID as i64);
             };
@@ -66,8 +61,8 @@ pub unsafe extern "C" fn beaconkv_seq_state_set(
             let data = std::slice::from_raw_parts(buf.arg()?, len);
             // a context that has not decoded yet (a fresh server restoring a slot) may not have
             // seen its layers: the blob's shapes are checked against them
+            inner.settled_engine();
             let Inner { engine, host, .. } = inner;
-            let _ = engine.flush_queries(host);
             engine.refresh_layers(host, false);
             Ok(match engine.load_seq(seq, data) {
                 Ok(()) => BEACONKV_OK,
