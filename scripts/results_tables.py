@@ -130,6 +130,62 @@ def trace_table(name: str, implicit: str = "") -> str:
     return "\n".join(out) + "\n"
 
 
+def trace_prompt_scores(name: str) -> OrderedDict:
+    """{policy: {budget: {prompt: (top-1, KL)}}} over the whole answer, from a trace folder's
+    per-bucket rows (`trace.csv`), the full cache left out."""
+    acc = OrderedDict()
+    for r in read_csv(RESULTS / name / "trace.csv"):
+        if r["policy"] == "none":
+            continue
+        policy = r["config"].split(":")[0] + "".join("/" + k for k in r["config"].split("/")[1:])
+        cell = acc.setdefault(policy, OrderedDict()).setdefault(int(r["budget"]), OrderedDict())
+        n, top1, kl = cell.get(r["prompt"], (0, 0.0, 0.0))
+        k = int(r["n"])
+        cell[r["prompt"]] = (n + k, top1 + float(r["top1"]) * k, kl + float(r["kl"]) * k)
+    return OrderedDict((p, OrderedDict((b, {q: (t / n, kl / n) for q, (n, t, kl) in c.items()})
+                                       for b, c in by.items())) for p, by in acc.items())
+
+
+def trace_prompts_table(name: str) -> str:
+    """Per policy and budget over many prompts: mean top-1 and KL (each prompt weighs the same),
+    and the lowest prompt's top-1."""
+    scores = trace_prompt_scores(name)
+    budgets = sorted({b for by in scores.values() for b in by})
+    out = ["| policy | prompts | " + " | ".join(f"{b:,} cells: top-1 / KL (lowest top-1)" for b in budgets) + " |",
+           "| --- | ---: |" + " --- |" * len(budgets)]
+    for policy, by in scores.items():
+        vals, n = [], 0
+        for b in budgets:
+            c = by.get(b)
+            if not c:
+                vals.append("–")
+                continue
+            n = max(n, len(c))
+            top1 = [t for t, _ in c.values()]
+            vals.append(f"{sum(top1) / len(top1):.3f} / {sum(k for _, k in c.values()) / len(c):.3f} "
+                        f"({min(top1):.3f})")
+        out.append(f"| {policy_label(policy)} | {n} | " + " | ".join(vals) + " |")
+    return "\n".join(out) + "\n"
+
+
+def trace_prompts_pairs(name: str, pairs: list) -> str:
+    """Paired over prompts, each (first, second) policy at every budget both ran: the prompts on
+    which each is closer to the full cache (higher top-1; lower KL), with the sign test."""
+    scores = trace_prompt_scores(name)
+    out = ["| first | second | budget | prompts | first's top-1 higher | second's higher | sign test | "
+           "first's KL lower | second's lower | sign test |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    for first, second in pairs:
+        for b in sorted(set(scores.get(first, {})) & set(scores.get(second, {}))):
+            a, c = scores[first][b], scores[second][b]
+            both, t_first, t_second = discordant(a, c, lambda x, y: x[0] > y[0])
+            _, k_first, k_second = discordant(a, c, lambda x, y: x[1] < y[1])
+            out.append(f"| {policy_label(first)} | {policy_label(second)} | {b} | {len(both)} | {t_first} | "
+                       f"{t_second} | {p_value(mcnemar_exact(t_first, t_second))} | {k_first} | {k_second} | "
+                       f"{p_value(mcnemar_exact(k_first, k_second))} |")
+    return "\n".join(out) + "\n"
+
+
 def humaneval_table(name: str) -> str:
     """Pass@1 per policy and budget of a `beaconkv-bench humaneval` folder (tuning problems), with
     the paired test against the full cache."""
@@ -567,6 +623,9 @@ RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
     "trace-qwen2.5-coder-1.5b": lambda: trace_table("trace-qwen2.5-coder-1.5b", "score=logit"),
+    "own-trace-prompts": lambda: trace_prompts_table("own-trace-prompts"),
+    "own-trace-prompts-pairs": lambda: trace_prompts_pairs("own-trace-prompts", [
+        ("beacon", other) for other in ("beacon/prompt=inside", "streaming", "rkv", "recent/score=prob")]),
     "humaneval-prompt-policy": lambda: humaneval_table("humaneval-prompt-policy"),
     "humaneval-budgets": lambda: humaneval_cells("humaneval-budgets"),
     "humaneval-budgets-pairs": budgets_pairs,

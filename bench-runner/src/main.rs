@@ -12,6 +12,7 @@ mod reason_mode;
 mod results;
 mod resumable;
 mod run;
+mod stats;
 mod taskbench;
 mod tasks;
 

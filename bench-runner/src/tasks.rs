@@ -643,37 +643,6 @@ pub fn fmt_accuracy(k: u64, n: u64) -> String {
     )
 }
 
-/// The prompts of the own-trace test: a multi-step word problem and a program to write and
-/// explain, both asking for long answers.
-pub const TRACE_PROMPTS: [(&str, &str); 3] = [
-    (
-        "word-problem",
-        "A bakery sells bread at 3 dollars, croissants at 2 dollars and cakes at 15 dollars. On \
-         Monday it sold 40 breads, 65 croissants and 4 cakes; each day from Tuesday to Saturday it \
-         sold 10% more breads than the day before, 5 fewer croissants, and one more cake. Flour \
-         costs 0.8 dollars per bread, 0.5 per croissant and 4 per cake, and rent is 120 dollars a \
-         day. Work out, step by step and day by day, the revenue, the costs and the profit of each \
-         day, then the totals for the week, then explain which product the bakery should promote \
-         and why. Show every calculation.",
-    ),
-    (
-        "program",
-        "Write a complete Python program that reads a CSV file of bank transactions (date, \
-         description, amount, category), validates every row, computes monthly totals per \
-         category, detects unusual transactions with a z-score, and prints a formatted report. \
-         Use functions with docstrings and type hints, handle errors carefully, and include unit \
-         tests. Then explain, function by function, how the program works and why it is written \
-         that way.",
-    ),
-    (
-        "plan",
-        "Plan a two-week study schedule for a student preparing for exams in mathematics, \
-         physics, chemistry and history. For each day give the subjects, the topics, the hours, \
-         the breaks and the exercises, explain the reasoning behind the order of topics, and end \
-         with advice on sleep, food and revision techniques. Be detailed.",
-    ),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ struct eval_args {
     std::string lengths = "1024,2048";
     std::string tasks;  // task/trace: JSONL input
     int bucket = 256;   // trace: position bucket of the per-bucket numbers
-    int free_max = 0;   // trace: longest free run (0 = --n-tokens)
+    int free_max = 0;   // trace: longest free run (0 = --n-tokens, -1 = no free runs)
     int prompt_len = 0; // speed: also time a prompt of this many tokens per config (0 = no)
     std::string per_token; // agree/revisit: CSV of every scored step (NLL per config, recalled so far)
 };

@@ -19,7 +19,7 @@ namespace bkv_eval {
 // (chunks of --chunk tokens, aligned so that compression runs exactly where decoding would run it),
 // giving top-1 agreement with the trace and KL(reference || config) per position bucket; last,
 // each compressed config runs free (greedy, one token at a time) until its first token that
-// differs from the trace, at most --free-max tokens.
+// differs from the trace, at most --free-max tokens (none with --free-max -1).
 bool run_trace(llama_model * model, const common_params & base_params, const std::vector<config> & cfgs,
                const eval_args & a, json & out) {
     const llama_vocab * vocab = llama_model_get_vocab(model);
@@ -64,7 +64,7 @@ bool run_trace(llama_model * model, const common_params & base_params, const std
     const config none_cfg = full_cache();
     const int n_buckets = (n_gen + bucket - 1) / bucket;
     // progress: per prompt, the reference (n_gen), teacher forcing (n_gen), free runs (per config)
-    const int per_prompt = 2 * n_gen + (int) comp.size();
+    const int per_prompt = 2 * n_gen + (a.free_max < 0 ? 0 : (int) comp.size());
     const int total = per_prompt * (int) prompts.size();
     json prompt_info = json::array();
     json results = json::array();
@@ -187,13 +187,13 @@ bool run_trace(llama_model * model, const common_params & base_params, const std
         llama_batch_free(batch);
 
         // 3. free runs
+        const int limit = a.free_max < 0 ? 0 : std::min(n_gen, a.free_max > 0 ? a.free_max : n_gen);
         std::vector<int> diverge(runs.size(), -1);
-        for (size_t k = 1; k < runs.size(); k++) {
+        for (size_t k = 1; k < runs.size() && limit > 0; k++) {
             auto r = make_ctx(model, params, runs[k]->cfg, n_ctx);
             if (!r || !decode_chunked(*r, prompt, chunk)) {
                 return false;
             }
-            const int limit = std::min(n_gen, a.free_max > 0 ? a.free_max : n_gen);
             int g = 0;
             for (; g < limit; g++) {
                 llama_token t = pick(llama_get_logits_ith(r->ctx, -1));
@@ -224,7 +224,6 @@ bool run_trace(llama_model * model, const common_params & base_params, const std
                                    {"kl", x.n[b] ? x.kl[b] / x.n[b] : 0.0}});
             }
             const plugin_numbers pn = plugin_stats(runs[k]->ctx);
-            const int limit = std::min(n_gen, a.free_max > 0 ? a.free_max : n_gen);
             results.push_back({{"id", id},
                                {"config", runs[k]->cfg.name},
                                {"policy", runs[k]->cfg.policy},
@@ -233,7 +232,7 @@ bool run_trace(llama_model * model, const common_params & base_params, const std
                                {"top1", n ? agree / n : 0.0},
                                {"kl", n ? kl / n : 0.0},
                                {"first_mismatch", x.first_mismatch},
-                               {"diverge_free", k == 0 ? json(nullptr) : json(diverge[k])},
+                               {"diverge_free", k == 0 || limit == 0 ? json(nullptr) : json(diverge[k])},
                                {"free_limit", limit},
                                {"buckets", buckets},
                                {"cells_peak", runs[k]->cells_peak},

@@ -3,10 +3,10 @@
 
 use super::report::*;
 use super::rows::*;
-use super::{configs, resolve, Part, TaskSettings, TasksCli, QUICK_TRACE_PROMPTS};
+use super::{configs, resolve, Part, TaskSettings, TasksCli, QUICK_TRACE_PROMPTS, TRACE_PROMPTS};
 use crate::args::{out_dir, unix_now, write_file};
 use crate::run::{run_eval, EvalJob};
-use crate::tasks::{self, wilson, Doc, Task, TRACE_PROMPTS};
+use crate::tasks::{self, wilson, Doc, Task};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -41,6 +41,11 @@ pub(super) fn base_args(
     .iter()
     .map(|x| x.to_string())
     .collect();
+    let free_max = if s.free_runs {
+        s.free_max.to_string()
+    } else {
+        "-1".to_string()
+    };
     match mode {
         "task" => a.extend(["--chunk".to_string(), s.chunk.to_string()]),
         "trace" => a.extend(
@@ -52,7 +57,7 @@ pub(super) fn base_args(
                 "--bucket",
                 &s.bucket.to_string(),
                 "--free-max",
-                &s.free_max.to_string(),
+                &free_max,
             ]
             .iter()
             .map(|x| x.to_string()),
@@ -223,16 +228,23 @@ pub fn run(
             } else {
                 &TRACE_PROMPTS[..s.trace_prompts as usize]
             };
-            let prompts: Vec<String> = list
-                .iter()
-                .map(|(id, p)| json!({"id": id, "prompt": p}).to_string())
-                .collect();
-            let input = out.join("trace.jsonl");
-            write_file(&input, &(prompts.join("\n") + "\n"))?;
-            let (v, secs) = run_job(&s, "trace", "trace", "trace", &model, &input, &out)?;
-            let t = parse_trace(&v)?;
-            check_trace(&t, list.len(), &cfgs, s.trace_tokens as u64)?;
-            timings.push(json!({"step": "trace", "elapsed_s": secs}));
+            let want = TraceWant {
+                n_tokens: s.trace_tokens as u64,
+                free_runs: s.free_runs,
+                chunk: trace_chunk(&s),
+            };
+            let t = run_trace_prompts(list, &cfgs, want, &out, |id, prompt| {
+                let input = out.join(format!("trace-{id}.jsonl"));
+                write_file(
+                    &input,
+                    &(json!({"id": id, "prompt": prompt}).to_string() + "\n"),
+                )?;
+                let name = format!("trace-{id}");
+                let (v, secs) = run_job(&s, &name, &name, "trace", &model, &input, &out)?;
+                timings.push(json!({"step": name, "elapsed_s": secs}));
+                Ok(v)
+            })?;
+            check_trace(&t, list.len(), &cfgs, s.trace_tokens as u64, s.free_runs)?;
             trace = Some(t);
         }
         if do_tasks {
@@ -361,4 +373,64 @@ pub fn run(
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The trace test, one `beaconkv-eval` call per prompt (`trace-<id>.json` in the output folder).
+/// A prompt whose file is already there with a row for every config is read back instead of run
+/// again, so a stopped run resumes where it stopped; `run` runs one prompt.
+/// What a trace file read back must match to count as this run's.
+pub(super) struct TraceWant {
+    pub n_tokens: u64,
+    /// free runs needed
+    pub free_runs: bool,
+    /// tokens per teacher-forced decode call (where passes fall, and the logits' batching)
+    pub chunk: u64,
+}
+
+/// The chunk `beaconkv-eval --mode trace` feeds every context: at most `--chunk` and budget/8
+/// of the smallest budget.
+pub(super) fn trace_chunk(s: &TaskSettings) -> u64 {
+    let smallest = s.budgets.iter().min().copied().unwrap_or(s.chunk * 8);
+    s.chunk.min(smallest / 8).max(1) as u64
+}
+
+pub(super) fn run_trace_prompts(
+    list: &[(&str, &str)],
+    cfgs: &[String],
+    want: TraceWant,
+    out: &Path,
+    mut run: impl FnMut(&str, &str) -> Result<Value, String>,
+) -> Result<TraceRun, String> {
+    let mut all = TraceRun::default();
+    for &(id, prompt) in list {
+        let done = read_json(&out.join(format!("trace-{id}.json")), "trace")
+            .ok()
+            .filter(|v| v.get("chunk").and_then(Value::as_u64) == Some(want.chunk))
+            .and_then(|v| parse_trace(&v).ok())
+            .filter(|t| {
+                t.prompts.len() == 1
+                    && t.prompts[0].id == id
+                    && t.prompts[0].n_tokens == want.n_tokens
+                    && cfgs.iter().all(|c| {
+                        t.rows.iter().any(|r| {
+                            &r.config == c
+                                && (!want.free_runs || r.policy == "none" || r.free_limit > 0)
+                        })
+                    })
+            });
+        let t = match done {
+            Some(t) => {
+                eprintln!(
+                    "{:>16}: read back from trace-{id}.json",
+                    format!("trace-{id}")
+                );
+                t
+            }
+            None => parse_trace(&run(id, prompt)?)?,
+        };
+        all.prompts.extend(t.prompts);
+        all.rows
+            .extend(t.rows.into_iter().filter(|r| cfgs.contains(&r.config)));
+    }
+    Ok(all)
 }

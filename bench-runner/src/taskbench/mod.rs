@@ -11,6 +11,7 @@
 //! `report.rs` aggregates them into tables, CSV and plots, and `driver.rs` runs the whole.
 
 mod driver;
+mod prompts;
 mod report;
 mod rows;
 #[cfg(test)]
@@ -19,7 +20,8 @@ mod tests;
 pub use driver::run;
 
 use crate::args::{check_policy_entries, config_of, pick, policies_or};
-use crate::tasks::{Task, TRACE_PROMPTS};
+use crate::tasks::Task;
+pub use prompts::TRACE_PROMPTS;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -69,15 +71,20 @@ pub struct TasksCli {
     /// Trace: tokens the full cache generates per prompt [default: 2048; --quick: 48]
     #[arg(long, value_name = "N")]
     pub trace_tokens: Option<u32>,
-    /// Trace: number of prompts (word problem, program, plan) [default: 1; --quick: 1, a short one]
+    /// Trace: number of prompts, the first N of the 24 (word problem, program, plan, loan, ...)
+    /// [default: 1; --quick: 1, a short one]
     #[arg(long, value_name = "N")]
     pub trace_prompts: Option<u32>,
     /// Trace: position bucket in tokens [default: 256; --quick: 8]
     #[arg(long, value_name = "N")]
     pub bucket: Option<u32>,
     /// Trace: longest free run per config, tokens (0 = the whole trace) [default: 256; --quick: 0]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "no_free_run")]
     pub free_max: Option<u32>,
+    /// Trace: no free runs (teacher-forced agreement only; a free run decodes one token at a
+    /// time per config and prompt)
+    #[arg(long)]
+    pub no_free_run: bool,
     /// Largest chunk a compressed context is fed per decode call (also at most budget/8, the
     /// hysteresis gap, so compression runs where decoding would run it)
     #[arg(long, value_name = "N", default_value_t = 64)]
@@ -111,6 +118,7 @@ pub struct TaskSettings {
     pub trace_prompts: u32,
     pub bucket: u32,
     pub free_max: u32,
+    pub free_runs: bool,
     pub chunk: u32,
     /// Overrides every task's answer length (None: the task's own).
     pub max_answer: Option<u32>,
@@ -172,6 +180,7 @@ pub fn resolve(cli: TasksCli, root: &Path) -> Result<TaskSettings, String> {
         trace_prompts,
         bucket,
         free_max: pick(cli.free_max, quick, 0, 256),
+        free_runs: !cli.no_free_run,
         chunk: cli.chunk,
         max_answer: cli.max_answer.or(if quick { Some(8) } else { None }),
         parts,

@@ -5,6 +5,7 @@ use super::{configs, TaskSettings};
 use crate::args::config_of;
 use crate::plot::{budget_span, draw_chart, init_fonts, policy_lines, Chart, Series};
 use crate::results::csv_field;
+use crate::stats::mcnemar_exact;
 use crate::tasks::{fmt_accuracy, wilson, Task};
 use plotters::prelude::SeriesLabelPosition;
 use serde::Serialize;
@@ -177,6 +178,61 @@ pub fn trace_table(t: &TraceRun, configs: &[String]) -> String {
     s
 }
 
+/// Paired over prompts, per budget: the first policy against each other one, and how many
+/// prompts each is closer to the full cache on (top-1 higher; KL lower), with the sign test.
+pub fn trace_pairs_table(
+    t: &TraceRun,
+    policies: &[String],
+    budgets: &[u32],
+    extra: &str,
+) -> String {
+    let mut s = String::from(
+        "| first | second | budget | prompts | first's top-1 higher | second's higher | sign test | first's KL lower | second's lower | sign test |\n| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |\n",
+    );
+    let Some(first) = policies.first() else {
+        return s;
+    };
+    let row = |policy: &str, budget: u32, id: &str| {
+        let c = config_of(policy, budget, extra);
+        t.rows.iter().find(|r| r.config == c && r.id == id)
+    };
+    for &b in budgets {
+        for second in &policies[1..] {
+            let (mut n, mut top1, mut kl) = (0, (0, 0), (0, 0));
+            for p in &t.prompts {
+                let (Some(x), Some(y)) = (row(first, b, &p.id), row(second, b, &p.id)) else {
+                    continue;
+                };
+                n += 1;
+                match x.top1.partial_cmp(&y.top1) {
+                    Some(std::cmp::Ordering::Greater) => top1.0 += 1,
+                    Some(std::cmp::Ordering::Less) => top1.1 += 1,
+                    _ => {}
+                }
+                match x.kl.partial_cmp(&y.kl) {
+                    Some(std::cmp::Ordering::Less) => kl.0 += 1,
+                    Some(std::cmp::Ordering::Greater) => kl.1 += 1,
+                    _ => {}
+                }
+            }
+            if n == 0 {
+                continue;
+            }
+            let _ = writeln!(
+                s,
+                "| {first} | {second} | {b} | {n} | {} | {} | p = {:.3} | {} | {} | p = {:.3} |",
+                top1.0,
+                top1.1,
+                mcnemar_exact(top1.0, top1.1),
+                kl.0,
+                kl.1,
+                mcnemar_exact(kl.0, kl.1)
+            );
+        }
+    }
+    s
+}
+
 /// Top-1 (or KL) per position bucket, pooled over prompts: rows configs, columns buckets.
 pub fn bucket_table(t: &TraceRun, configs: &[String], kl: bool) -> String {
     let edges: Vec<(u64, u64)> = t
@@ -258,6 +314,15 @@ pub fn summary_markdown(
         );
         md.push_str("Top-1 agreement with the trace and KL(full || config), teacher-forced; first miss and free-run divergence per prompt.\n\n");
         md.push_str(&trace_table(tr, &cfgs));
+        if tr.prompts.len() > 1 && s.policies.len() > 1 {
+            md.push_str("\n### Paired over prompts\n\n");
+            md.push_str(&trace_pairs_table(
+                tr,
+                &s.policies,
+                &s.budgets,
+                &s.run.extra,
+            ));
+        }
         md.push_str("\n### Top-1 agreement by position in the answer\n\n");
         md.push_str(&bucket_table(tr, &cfgs, false));
         md.push_str("\n### Mean KL by position in the answer\n\n");

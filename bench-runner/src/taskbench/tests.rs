@@ -1,6 +1,6 @@
 //! Options, row checks, tables and the tool's arguments.
 
-use super::driver::base_args;
+use super::driver::{base_args, run_trace_prompts, trace_chunk, TraceWant};
 use super::report::*;
 use super::rows::*;
 use super::*;
@@ -46,7 +46,11 @@ fn rejects_bad_options() {
     assert!(settings(&["--budgets", "4"]).is_err());
     assert!(settings(&["--policies", "none"]).is_err());
     assert!(settings(&["--docs", "0"]).is_err());
-    assert!(settings(&["--trace-prompts", "9"]).is_err());
+    assert!(settings(&["--trace-prompts", "25"]).is_err());
+    assert_eq!(
+        settings(&["--trace-prompts", "24"]).unwrap().trace_prompts,
+        24
+    );
     assert!(settings(&["--tasks", "bogus"]).is_err());
     assert!(settings(&["--extra", "x"]).is_err());
     let e = settings(&["--policies", "beacon/score"]).unwrap_err();
@@ -271,9 +275,9 @@ fn trace_fixture() -> TraceRun {
 fn trace_tables_and_checks() {
     let t = trace_fixture();
     let cfgs: Vec<String> = vec!["none".into(), "beacon:32".into()];
-    check_trace(&t, 1, &cfgs, 16).unwrap();
-    assert!(check_trace(&t, 2, &cfgs, 16).is_err());
-    assert!(check_trace(&t, 1, &["none".into(), "recent:32".into()], 16).is_err());
+    check_trace(&t, 1, &cfgs, 16, true).unwrap();
+    assert!(check_trace(&t, 2, &cfgs, 16, true).is_err());
+    assert!(check_trace(&t, 1, &["none".into(), "recent:32".into()], 16, true).is_err());
     let table = trace_table(&t, &cfgs);
     assert!(
         table.contains("| none | 1.000 | 0.5000 | none | – |"),
@@ -294,7 +298,131 @@ fn trace_tables_and_checks() {
     );
     let mut bad = t.clone();
     bad.rows[1].diverge_free = None;
-    assert!(check_trace(&bad, 1, &cfgs, 16).is_err());
+    assert!(check_trace(&bad, 1, &cfgs, 16, true).is_err());
+    // without free runs a compressed row carries none
+    check_trace(&bad, 1, &cfgs, 16, false).unwrap();
+}
+
+#[test]
+fn free_runs_can_be_left_out() {
+    let s = settings(&["--no-free-run"]).unwrap();
+    assert!(!s.free_runs);
+    let a = base_args(&s, "trace", Path::new("m"), Path::new("i"), Path::new("o"));
+    let i = a.iter().position(|x| x == "--free-max").unwrap();
+    assert_eq!(a[i + 1], "-1");
+    let d = settings(&[]).unwrap();
+    let a = base_args(&d, "trace", Path::new("m"), Path::new("i"), Path::new("o"));
+    let i = a.iter().position(|x| x == "--free-max").unwrap();
+    assert_eq!(a[i + 1], "256");
+    assert!(settings(&["--no-free-run", "--free-max", "8"]).is_err());
+}
+
+#[test]
+fn trace_chunk_follows_the_smallest_budget() {
+    assert_eq!(trace_chunk(&settings(&[]).unwrap()), 32);
+    assert_eq!(
+        trace_chunk(&settings(&["--budgets", "128,512"]).unwrap()),
+        16
+    );
+    assert_eq!(
+        trace_chunk(&settings(&["--budgets", "1024", "--chunk", "48"]).unwrap()),
+        48
+    );
+    assert_eq!(trace_chunk(&settings(&["--budgets", "8"]).unwrap()), 1);
+}
+
+/// Two prompts × (none, beacon:32, recent:32), the first prompt closer with beacon.
+fn two_prompt_trace() -> TraceRun {
+    let mut t = trace_fixture();
+    let mut second = t.clone();
+    second.prompts[0].id = "q".into();
+    second.rows.iter_mut().for_each(|r| r.id = "q".into());
+    let mut recent: Vec<TraceRow> = t
+        .rows
+        .iter()
+        .chain(second.rows.iter())
+        .filter(|r| r.policy == "beacon")
+        .cloned()
+        .collect();
+    for r in &mut recent {
+        r.config = "recent:32".into();
+        r.policy = "recent".into();
+        r.top1 -= 0.1;
+        r.kl += 0.1;
+    }
+    t.prompts.extend(second.prompts);
+    t.rows.extend(second.rows);
+    t.rows.extend(recent);
+    t
+}
+
+#[test]
+fn pairs_count_prompts_each_policy_is_closer_on() {
+    let t = two_prompt_trace();
+    let table = trace_pairs_table(&t, &["beacon".into(), "recent".into()], &[32], "");
+    assert!(
+        table.contains("| beacon | recent | 32 | 2 | 2 | 0 | p = 0.500 | 2 | 0 | p = 0.500 |"),
+        "{table}"
+    );
+    let flipped = trace_pairs_table(&t, &["recent".into(), "beacon".into()], &[32], "");
+    assert!(
+        flipped.contains("| recent | beacon | 32 | 2 | 0 | 2 | p = 0.500 | 0 | 2 | p = 0.500 |"),
+        "{flipped}"
+    );
+}
+
+#[test]
+fn trace_prompts_resume_from_their_files() {
+    let dir = std::env::temp_dir().join(format!("bkv-trace-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let t = two_prompt_trace();
+    let cfgs: Vec<String> = vec!["none".into(), "beacon:32".into(), "recent:32".into()];
+    let want = |n_tokens, chunk| TraceWant {
+        n_tokens,
+        free_runs: true,
+        chunk,
+    };
+    let as_json = |id: &str| {
+        serde_json::json!({
+            "mode": "trace",
+            "chunk": 4,
+            "prompts": t.prompts.iter().filter(|p| p.id == id).collect::<Vec<_>>(),
+            "results": t.rows.iter().filter(|r| r.id == id).collect::<Vec<_>>(),
+        })
+    };
+    // prompt p finished in an earlier sitting; q did not
+    std::fs::write(dir.join("trace-p.json"), as_json("p").to_string()).unwrap();
+    let mut ran = Vec::new();
+    let got = run_trace_prompts(
+        &[("p", "P"), ("q", "Q")],
+        &cfgs,
+        want(16, 4),
+        &dir,
+        |id, _| {
+            ran.push(id.to_string());
+            Ok(as_json(id))
+        },
+    )
+    .unwrap();
+    assert_eq!(ran, vec!["q"]);
+    check_trace(&got, 2, &cfgs, 16, true).unwrap();
+    // a file of another trace length or chunk, or without a config asked for, runs again
+    for other in [want(32, 4), want(16, 8)] {
+        let mut ran = Vec::new();
+        let _ = run_trace_prompts(&[("p", "P")], &cfgs, other, &dir, |id, _| {
+            ran.push(id.to_string());
+            Ok(as_json(id))
+        });
+        assert_eq!(ran, vec!["p"]);
+    }
+    let more: Vec<String> = vec!["none".into(), "streaming:32".into()];
+    let mut ran = Vec::new();
+    let _ = run_trace_prompts(&[("p", "P")], &more, want(16, 4), &dir, |id, _| {
+        ran.push(id.to_string());
+        Ok(as_json(id))
+    });
+    assert_eq!(ran, vec!["p"]);
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
