@@ -619,6 +619,112 @@ def document_questions_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def default_stands() -> str:
+    """Every budget of every quality run, the default against the best baseline of that run and the
+    method's logit scores, read from the runs' own files; bold: the best of the three per measure."""
+    def trace_pooled(name):
+        cells = OrderedDict()
+        for r in read_csv(RESULTS / name / "trace.csv"):
+            policy = r["config"].split(":")[0] + "".join("/" + k for k in r["config"].split("/")[1:])
+            n, t, k = cells.setdefault(policy, {}).get(int(r["budget"]), (0, 0.0, 0.0))
+            m = int(r["n"])
+            cells[policy][int(r["budget"])] = (n + m, t + float(r["top1"]) * m, k + float(r["kl"]) * m)
+        return {p: {b: (t / n, k / n) for b, (n, t, k) in by.items()} for p, by in cells.items()}
+
+    def trace_means(name):
+        return {p: {b: (sum(t for t, _ in c.values()) / len(c), sum(k for _, k in c.values()) / len(c))
+                    for b, c in by.items()} for p, by in trace_prompt_scores(name).items()}
+
+    def own_values(name, split):
+        cells = {}
+        for r in own_values_rows(name, split):
+            c = cells.setdefault(r["policy"].replace("/prompt_max=1024", ""), {}).setdefault(int(r["budget"]), [0, 0])
+            c[0] += r["own"]["recalled"]
+            c[1] += r["own"]["asked"]
+        return {p: {b: (100 * k / n,) for b, (k, n) in by.items()} for p, by in cells.items()}
+
+    def reason(name):
+        cells = {}
+        for r in read_csv(RESULTS / name / "accuracy.csv"):
+            cells.setdefault(r["policy"], {})[int(r["budget"])] = (int(r["turns_right"]), int(r["turns"]))
+        return cells
+
+    def eval_cells(name, file, fields):
+        cells = {}
+        for r in eval_doc(name, file)["results"]:
+            if r["config"] == "none":
+                continue
+            policy = r["config"].split(":")[0] + "".join("/" + k for k in r["config"].split("/")[1:])
+            cells.setdefault(policy, {}).setdefault(int(r["budget"]), [])
+            cells[policy][int(r["budget"])].append(tuple(r[f] for f in fields))
+        return cells
+
+    def found(name, file):
+        return {p: {b: (sum(x[0] for x in v),) for b, v in by.items()}
+                for p, by in eval_cells(name, file, ("found",)).items()}
+
+    def single(cells):
+        return {p: {b: v[0] for b, v in by.items()} for p, by in cells.items()}
+
+    two = lambda v: f"{v[0]:.3f} / {v[1]:.3f}"  # noqa: E731
+    two4 = lambda v: f"{v[0]:.3f} / {v[1]:.4f}"  # noqa: E731
+    share = lambda v: pct(*v)  # noqa: E731
+    # measure of each column: (index into the value, larger is better)
+    top1_kl = [(0, True), (1, False)]
+    runs = [
+        ("own 4,096-token answer, Qwen2.5-Coder-1.5B: top-1 / KL", trace_pooled("trace-qwen2.5-coder-1.5b"),
+         "beacon/score=prob", ["streaming", "random", "rkv"], "beacon", two, top1_kl),
+        ("own 1,024-token answers to 20 prompts, Qwen2.5-Coder-1.5B: mean top-1 / KL", trace_means("own-trace-prompts"),
+         "beacon", ["streaming", "rkv", "recent/score=prob"], None, two, top1_kl),
+        ("an answer's own values about 650 tokens back, Qwen2.5-Coder-1.5B: values written again",
+         own_values("humaneval-own-values", "tune"), "beacon/score=prob", ["streaming", "recent/score=prob", "rkv"],
+         "beacon/score=logit", lambda v: f"{v[0]:.1f}%", [(0, True)]),
+        ("the same, held-out problems (about 820 tokens back)", own_values("humaneval-own-values-heldout", "heldout"),
+         "beacon/score=prob", ["streaming", "recent/score=prob", "rkv"], "beacon/score=logit",
+         lambda v: f"{v[0]:.1f}%", [(0, True)]),
+        ("14-turn conversations, Qwen2.5-Coder-1.5B: turns right", reason("reason-qwen2.5-coder-1.5b"),
+         "beacon/score=prob", ["streaming", "random", "rkv", "recent/score=logit"], "beacon/score=logit", share,
+         [(None, True)]),
+        ("GPL-3, SmolLM2: top-1 / KL", single(eval_cells("smollm2", "agree-1-GPL-3.json", ("top1", "kl"))),
+         "beacon", ["streaming", "random", "rkv", "recent", "recent/score=logit"], "beacon/score=logit", two4, top1_kl),
+        ("MPL-2.0, SmolLM2: top-1 / KL", single(eval_cells("smollm2", "agree-2-MPL-2.json", ("top1", "kl"))),
+         "beacon", ["streaming", "random", "rkv", "recent", "recent/score=logit"], "beacon/score=logit", two4, top1_kl),
+        ("revisited passage without the archive, SmolLM2: perplexity",
+         single(eval_cells("smollm2", "revisit.json", ("ppl",))), "beacon",
+         ["streaming", "random", "rkv", "recent", "recent/score=logit"],
+         "beacon/score=logit", lambda v: f"{v[0]:.2f}", [(0, False)]),
+        ("passkey, SmolLM2: depths found of 5", found("default-smollm2", "passkey.json"), "beacon/score=prob",
+         ["streaming", "random", "rkv"], None, lambda v: str(v[0]), [(0, True)]),
+    ]
+
+    def measure(v, i):
+        return v[0] / v[1] if i is None else v[i]
+
+    out = ["| run | budget | default | best baseline | `score=logit` |", "| --- | ---: | --- | --- | --- |"]
+    for label, cells, default, baselines, logit, fmt, measures in runs:
+        budgets = sorted(cells.get(default, {}))
+        for i, budget in enumerate(budgets):
+            d = cells[default][budget]
+            lead_i, lead_up = measures[0]
+            have = [b for b in baselines if budget in cells.get(b, {})]
+            best = max(have, key=lambda b: measure(cells[b][budget], lead_i) * (1 if lead_up else -1)) if have else None
+            lg = cells.get(logit, {}).get(budget) if logit else None
+            shown = [v for v in (d, cells[best][budget] if best else None, lg) if v is not None]
+
+            def cell(v):
+                text = fmt(v)
+                parts = text.split(" / ") if len(measures) > 1 else [text]
+                for j, (mi, up) in enumerate(measures):
+                    top = (max if up else min)(measure(x, mi) for x in shown)
+                    if len(shown) > 1 and measure(v, mi) == top:
+                        parts[j] = f"**{parts[j]}**"
+                return " / ".join(parts)
+            base = f"{policy_label(best)} {cell(cells[best][budget])}" if best else "–"
+            run = f" {label} " if i == 0 else " "
+            out.append(f"|{run}| {budget:,} | {cell(d)} | {base} | {cell(lg) if lg else '–'} |")
+    return "\n".join(out) + "\n"
+
+
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     # run when `beacon` and `recent` scored logits by default
@@ -647,6 +753,7 @@ RENDERERS = {
     "default-smollm2-scoring-cost": lambda: scoring_cost_table("default-smollm2"),
     "document-questions": lambda: document_questions_table("document-questions"),
     "rpc": lambda: rpc_table("rpc"),
+    "where-the-default-stands": default_stands,
     "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
 

@@ -78,6 +78,9 @@ fn write_jsonl(path: &Path, docs: &[Doc]) -> Result<(), String> {
     write_file(path, &s)
 }
 
+/// One `beaconkv-eval` call writing `<name>.json` into `out`; `only`: the configs to run instead
+/// of all of them.
+#[allow(clippy::too_many_arguments)]
 fn run_job(
     s: &TaskSettings,
     name: &str,
@@ -86,11 +89,18 @@ fn run_job(
     model: &Path,
     input: &Path,
     out: &Path,
+    only: Option<&[String]>,
 ) -> Result<(Value, f64), String> {
     let json_path = out.join(format!("{name}.json"));
+    let mut args = base_args(s, mode, model, input, &json_path);
+    if let Some(only) = only {
+        if let Some(i) = args.iter().position(|a| a == "--configs") {
+            args[i + 1] = only.join(",");
+        }
+    }
     let job = EvalJob {
         eval: s.run.eval.clone(),
-        args: base_args(s, mode, model, input, &json_path),
+        args,
         label: label.to_string(),
         log: out.join(format!("{name}.log")),
     };
@@ -137,7 +147,7 @@ pub fn run(
                 .collect();
             let input = out.join("count.jsonl");
             write_jsonl(&input, &probe)?;
-            let (v, secs) = run_job(&s, "count", "count", "count", &model, &input, &out)?;
+            let (v, secs) = run_job(&s, "count", "count", "count", &model, &input, &out, None)?;
             let counts: Vec<Value> = results_of(&v, "count")?;
             let chars: f64 = counts.iter().filter_map(|c| c["chars"].as_f64()).sum();
             let toks: f64 = counts.iter().filter_map(|c| c["n_doc"].as_f64()).sum();
@@ -179,7 +189,7 @@ pub fn run(
             };
             let input = out.join(format!("{name}.jsonl"));
             write_jsonl(&input, &batch)?;
-            let (v, secs) = run_job(&s, &name, &label, "task", &model, &input, &out)?;
+            let (v, secs) = run_job(&s, &name, &label, "task", &model, &input, &out, None)?;
             let new: Vec<EvalTaskRow> = results_of(&v, "task")?;
             // per-document cost: prefill once per config + every answer
             for d in &batch {
@@ -233,14 +243,13 @@ pub fn run(
                 free_runs: s.free_runs,
                 chunk: trace_chunk(&s),
             };
-            let t = run_trace_prompts(list, &cfgs, want, &out, |id, prompt| {
+            let t = run_trace_prompts(list, &cfgs, want, &out, |id, prompt, name, only| {
                 let input = out.join(format!("trace-{id}.jsonl"));
                 write_file(
                     &input,
                     &(json!({"id": id, "prompt": prompt}).to_string() + "\n"),
                 )?;
-                let name = format!("trace-{id}");
-                let (v, secs) = run_job(&s, &name, &name, "trace", &model, &input, &out)?;
+                let (v, secs) = run_job(&s, name, name, "trace", &model, &input, &out, Some(only))?;
                 timings.push(json!({"step": name, "elapsed_s": secs}));
                 Ok(v)
             })?;
@@ -375,9 +384,6 @@ pub fn run(
     }
 }
 
-/// The trace test, one `beaconkv-eval` call per prompt (`trace-<id>.json` in the output folder).
-/// A prompt whose file is already there with a row for every config is read back instead of run
-/// again, so a stopped run resumes where it stopped; `run` runs one prompt.
 /// What a trace file read back must match to count as this run's.
 pub(super) struct TraceWant {
     pub n_tokens: u64,
@@ -394,43 +400,91 @@ pub(super) fn trace_chunk(s: &TaskSettings) -> u64 {
     s.chunk.min(smallest / 8).max(1) as u64
 }
 
+/// The trace test, one `beaconkv-eval` call per prompt, writing `trace-<id>.json` (then
+/// `trace-<id>.1.json`, ... for configs added later) in `out`. What those files already hold for
+/// a prompt (same length and chunk, the same full-cache answer) is read back, and only the
+/// configs still missing are run, so a stopped run resumes where it stopped and a rerun with more
+/// policies or budgets runs only those. `run(id, prompt, file stem, configs)` runs one call.
 pub(super) fn run_trace_prompts(
     list: &[(&str, &str)],
     cfgs: &[String],
     want: TraceWant,
     out: &Path,
-    mut run: impl FnMut(&str, &str) -> Result<Value, String>,
+    mut run: impl FnMut(&str, &str, &str, &[String]) -> Result<Value, String>,
 ) -> Result<TraceRun, String> {
     let mut all = TraceRun::default();
     for &(id, prompt) in list {
-        let done = read_json(&out.join(format!("trace-{id}.json")), "trace")
-            .ok()
-            .filter(|v| v.get("chunk").and_then(Value::as_u64) == Some(want.chunk))
-            .and_then(|v| parse_trace(&v).ok())
-            .filter(|t| {
-                t.prompts.len() == 1
-                    && t.prompts[0].id == id
-                    && t.prompts[0].n_tokens == want.n_tokens
-                    && cfgs.iter().all(|c| {
-                        t.rows.iter().any(|r| {
-                            &r.config == c
-                                && (!want.free_runs || r.policy == "none" || r.free_limit > 0)
-                        })
-                    })
-            });
-        let t = match done {
-            Some(t) => {
-                eprintln!(
-                    "{:>16}: read back from trace-{id}.json",
-                    format!("trace-{id}")
-                );
+        let stem = |k: usize| match k {
+            0 => format!("trace-{id}"),
+            k => format!("trace-{id}.{k}"),
+        };
+        let usable = |t: &TraceRun| {
+            t.prompts.len() == 1 && t.prompts[0].id == id && t.prompts[0].n_tokens == want.n_tokens
+        };
+        let mut have: Option<TraceRun> = None;
+        let mut k = 0;
+        while out.join(format!("{}.json", stem(k))).exists() {
+            let file = read_json(&out.join(format!("{}.json", stem(k))), "trace")
+                .ok()
+                .filter(|v| v.get("chunk").and_then(Value::as_u64) == Some(want.chunk))
+                .and_then(|v| parse_trace(&v).ok())
+                .filter(usable);
+            k += 1;
+            let Some(file) = file else { continue };
+            match &mut have {
+                None => have = Some(file),
+                // rows of another full-cache answer cannot be paired with this one's
+                Some(h) if h.prompts[0].text == file.prompts[0].text => h.rows.extend(file.rows),
+                Some(_) => {}
+            }
+        }
+        let covered = |t: &TraceRun, c: &String| {
+            t.rows.iter().any(|r| {
+                &r.config == c && (!want.free_runs || r.policy == "none" || r.free_limit > 0)
+            })
+        };
+        let missing: Vec<String> = cfgs
+            .iter()
+            .filter(|c| have.as_ref().is_none_or(|t| !covered(t, c)))
+            .cloned()
+            .collect();
+        let t = match have {
+            Some(t) if missing.is_empty() => {
+                eprintln!("{:>16}: read back from {}.json", stem(0), stem(0));
                 t
             }
-            None => parse_trace(&run(id, prompt)?)?,
+            have => {
+                let mut only = vec!["none".to_string()];
+                only.extend(missing.into_iter().filter(|c| c != "none"));
+                let fresh = parse_trace(&run(id, prompt, &stem(k), &only)?)?;
+                if !usable(&fresh) {
+                    return Err(format!("{}.json: not a trace of prompt '{id}'", stem(k)));
+                }
+                match have {
+                    Some(mut h) if h.prompts[0].text == fresh.prompts[0].text => {
+                        h.rows
+                            .extend(fresh.rows.into_iter().filter(|r| r.policy != "none"));
+                        h
+                    }
+                    Some(_) => {
+                        return Err(format!(
+                            "{}.json: the full cache answered prompt '{id}' differently than in \
+                             {}.json; move the old files away to run it again",
+                            stem(k),
+                            stem(0)
+                        ))
+                    }
+                    None => fresh,
+                }
+            }
         };
         all.prompts.extend(t.prompts);
-        all.rows
-            .extend(t.rows.into_iter().filter(|r| cfgs.contains(&r.config)));
+        let mut seen = std::collections::BTreeSet::new();
+        all.rows.extend(
+            t.rows
+                .into_iter()
+                .filter(|r| cfgs.contains(&r.config) && seen.insert(r.config.clone())),
+        );
     }
     Ok(all)
 }

@@ -371,57 +371,127 @@ fn pairs_count_prompts_each_policy_is_closer_on() {
     );
 }
 
+/// What `beaconkv-eval --mode trace` would write for prompt `id` and `configs`: the fixture's
+/// rows, a compressed config's row copied from `beacon:32`'s; `answer` is the full cache's text.
+fn fake_trace_file(id: &str, configs: &[String], answer: &str) -> Value {
+    let t = trace_fixture();
+    let mut prompt = t.prompts[0].clone();
+    prompt.id = id.into();
+    prompt.text = answer.into();
+    let rows: Vec<TraceRow> = configs
+        .iter()
+        .map(|c| {
+            let mut r = t.rows[if c == "none" { 0 } else { 1 }].clone();
+            r.id = id.into();
+            r.config = c.clone();
+            r.policy = c.split(':').next().unwrap().into();
+            r
+        })
+        .collect();
+    serde_json::json!({"mode": "trace", "chunk": 4, "prompts": [prompt], "results": rows})
+}
+
 #[test]
 fn trace_prompts_resume_from_their_files() {
     let dir = std::env::temp_dir().join(format!("bkv-trace-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let t = two_prompt_trace();
-    let cfgs: Vec<String> = vec!["none".into(), "beacon:32".into(), "recent:32".into()];
     let want = |n_tokens, chunk| TraceWant {
         n_tokens,
         free_runs: true,
         chunk,
     };
-    let as_json = |id: &str| {
-        serde_json::json!({
-            "mode": "trace",
-            "chunk": 4,
-            "prompts": t.prompts.iter().filter(|p| p.id == id).collect::<Vec<_>>(),
-            "results": t.rows.iter().filter(|r| r.id == id).collect::<Vec<_>>(),
-        })
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+    let cfgs = s(&["none", "beacon:32", "recent:32"]);
+    // runs one call the way the driver does: the file under the given stem, then its JSON
+    let mut calls: Vec<(String, Vec<String>)> = Vec::new();
+    let fake = |dir: &Path, answer: &'static str| {
+        let dir = dir.to_path_buf();
+        move |id: &str, _: &str, stem: &str, only: &[String]| {
+            let v = fake_trace_file(id, only, answer);
+            std::fs::write(dir.join(format!("{stem}.json")), v.to_string()).unwrap();
+            Ok(v)
+        }
     };
+
     // prompt p finished in an earlier sitting; q did not
-    std::fs::write(dir.join("trace-p.json"), as_json("p").to_string()).unwrap();
-    let mut ran = Vec::new();
+    let p0 = fake_trace_file("p", &cfgs, "answer");
+    std::fs::write(dir.join("trace-p.json"), p0.to_string()).unwrap();
+    let run = fake(&dir, "answer");
     let got = run_trace_prompts(
         &[("p", "P"), ("q", "Q")],
         &cfgs,
         want(16, 4),
         &dir,
-        |id, _| {
-            ran.push(id.to_string());
-            Ok(as_json(id))
+        |id, p, stem, only| {
+            calls.push((stem.to_string(), only.to_vec()));
+            run(id, p, stem, only)
         },
     )
     .unwrap();
-    assert_eq!(ran, vec!["q"]);
+    assert_eq!(calls, vec![("trace-q".to_string(), cfgs.clone())]);
     check_trace(&got, 2, &cfgs, 16, true).unwrap();
-    // a file of another trace length or chunk, or without a config asked for, runs again
+
+    // more configs: only the missing one runs, into the next file, and the rows merge
+    let more = s(&["none", "beacon:32", "recent:32", "streaming:32"]);
+    calls.clear();
+    let got = run_trace_prompts(
+        &[("p", "P")],
+        &more,
+        want(16, 4),
+        &dir,
+        |id, p, stem, only| {
+            calls.push((stem.to_string(), only.to_vec()));
+            run(id, p, stem, only)
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        calls,
+        vec![("trace-p.1".to_string(), s(&["none", "streaming:32"]))]
+    );
+    check_trace(&got, 1, &more, 16, true).unwrap();
+    // and a third run reads both files back without running anything
+    calls.clear();
+    let again = run_trace_prompts(
+        &[("p", "P")],
+        &more,
+        want(16, 4),
+        &dir,
+        |id, p, stem, only| {
+            calls.push((stem.to_string(), only.to_vec()));
+            run(id, p, stem, only)
+        },
+    )
+    .unwrap();
+    assert!(calls.is_empty());
+    assert_eq!(again, got);
+
+    // files of another trace length or chunk do not count: everything runs again
     for other in [want(32, 4), want(16, 8)] {
-        let mut ran = Vec::new();
-        let _ = run_trace_prompts(&[("p", "P")], &cfgs, other, &dir, |id, _| {
-            ran.push(id.to_string());
-            Ok(as_json(id))
+        calls.clear();
+        let _ = run_trace_prompts(&[("p", "P")], &cfgs, other, &dir, |id, p, stem, only| {
+            calls.push((stem.to_string(), only.to_vec()));
+            run(id, p, stem, only)
         });
-        assert_eq!(ran, vec!["p"]);
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].1, cfgs);
     }
-    let more: Vec<String> = vec!["none".into(), "streaming:32".into()];
-    let mut ran = Vec::new();
-    let _ = run_trace_prompts(&[("p", "P")], &more, want(16, 4), &dir, |id, _| {
-        ran.push(id.to_string());
-        Ok(as_json(id))
-    });
-    assert_eq!(ran, vec!["p"]);
+
+    // a new call whose full cache answered otherwise cannot be paired with the old rows
+    let dir2 = dir.join("other");
+    std::fs::create_dir_all(&dir2).unwrap();
+    std::fs::write(dir2.join("trace-p.json"), p0.to_string()).unwrap();
+    let other = fake(&dir2, "another answer");
+    let e = run_trace_prompts(
+        &[("p", "P")],
+        &more,
+        want(16, 4),
+        &dir2,
+        |id, p, stem, only| other(id, p, stem, only),
+    )
+    .unwrap_err();
+    assert!(e.contains("differently"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
