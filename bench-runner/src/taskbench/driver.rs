@@ -48,10 +48,11 @@ pub(super) fn base_args(
     };
     match mode {
         "task" => a.extend(["--chunk".to_string(), s.chunk.to_string()]),
+        // the chunk of the whole run, also when a call runs only some of its configs
         "trace" => a.extend(
             [
                 "--chunk",
-                &s.chunk.to_string(),
+                &trace_chunk(s).to_string(),
                 "--n-tokens",
                 &s.trace_tokens.to_string(),
                 "--bucket",

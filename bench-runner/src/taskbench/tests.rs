@@ -96,7 +96,7 @@ fn eval_arguments() {
         "{a}"
     );
     assert!(
-        a.ends_with("--chunk 64 --n-tokens 48 --bucket 8 --free-max 0 -fa on"),
+        a.ends_with("--chunk 4 --n-tokens 48 --bucket 8 --free-max 0 -fa on"),
         "{a}"
     );
     let c = base_args(
@@ -315,6 +315,14 @@ fn free_runs_can_be_left_out() {
     let i = a.iter().position(|x| x == "--free-max").unwrap();
     assert_eq!(a[i + 1], "256");
     assert!(settings(&["--no-free-run", "--free-max", "8"]).is_err());
+}
+
+#[test]
+fn trace_calls_carry_the_runs_chunk() {
+    let s = settings(&["--budgets", "128,1024"]).unwrap();
+    let a = base_args(&s, "trace", Path::new("m"), Path::new("i"), Path::new("o"));
+    let i = a.iter().position(|x| x == "--chunk").unwrap();
+    assert_eq!(a[i + 1], "16");
 }
 
 #[test]
