@@ -168,11 +168,35 @@ pub fn trace_table(t: &TraceRun, configs: &[String]) -> String {
                 Some(d) => d.to_string(),
             })
             .collect();
+        // many prompts: the median, not a list
+        let list = |v: Vec<String>, of: Vec<i64>| {
+            if v.len() <= 3 {
+                return v.join(", ");
+            }
+            let mut of = of;
+            of.sort_unstable();
+            format!("median {} of {}", of[of.len() / 2], of.len())
+        };
+        let misses = rows
+            .iter()
+            .map(|r| {
+                if r.first_mismatch < 0 {
+                    r.n_tokens as i64
+                } else {
+                    r.first_mismatch
+                }
+            })
+            .collect();
+        let frees: Vec<i64> = rows.iter().filter_map(|r| r.diverge_free).collect();
+        let free = if frees.is_empty() {
+            "–".to_string()
+        } else {
+            list(free, frees)
+        };
         let _ = writeln!(
             s,
-            "| {c} | {top1:.3} | {kl:.4} | {} | {} |",
-            miss.join(", "),
-            free.join(", ")
+            "| {c} | {top1:.3} | {kl:.4} | {} | {free} |",
+            list(miss, misses)
         );
     }
     s

@@ -513,3 +513,33 @@ fn parses_the_tools_json() {
     let rows: Vec<EvalTaskRow> = results_of(&task, "task").unwrap();
     assert_eq!(rows[0].output, " 1234567");
 }
+
+#[test]
+fn trace_table_gives_the_median_over_many_prompts() {
+    let one = trace_fixture();
+    let mut t = TraceRun::default();
+    for (i, first) in [9, 3, 12, 5].into_iter().enumerate() {
+        let mut p = one.clone();
+        let id = format!("p{i}");
+        p.prompts[0].id = id.clone();
+        for r in &mut p.rows {
+            r.id = id.clone();
+            if r.policy != "none" {
+                r.first_mismatch = first;
+                r.diverge_free = None;
+            }
+        }
+        t.prompts.extend(p.prompts);
+        t.rows.extend(p.rows);
+    }
+    let table = trace_table(&t, &["none".into(), "beacon:32".into()]);
+    // misses 3, 5, 9, 12: the upper median; a prompt never missed counts its whole length
+    assert!(
+        table.contains("| beacon:32 | 0.750 | 0.5000 | median 9 of 4 | – |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| none | 1.000 | 0.5000 | median 16 of 4 | – |"),
+        "{table}"
+    );
+}
