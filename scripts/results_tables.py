@@ -96,6 +96,35 @@ def reason_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def reason_pairs(name: str, pairs: list) -> str:
+    """Paired comparisons of a `beaconkv-bench reason` folder, each ((policy, budget), (policy,
+    budget)): the turns only one of the two gets right, with the exact McNemar test (turns of one
+    conversation are not independent, so this understates the spread), and the same on the
+    conversations' numbers of turns right (sign test)."""
+    turns, per_conv = {}, {}
+    with open(RESULTS / name / "results.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            key = (r["policy"], int(r["budget"]))
+            right = [g == e for g, e in zip(r["given"], r["expected"])]
+            cell = turns.setdefault(key, {})
+            cell.update({(r["conversation"], i): ok for i, ok in enumerate(right)})
+            per_conv.setdefault(key, {})[r["conversation"]] = sum(right)
+    out = ["| first | second | budget | turns | only the first gets right | only the second does | exact McNemar | "
+           "conversations: the first gets more turns right | the second does | sign test |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    for first, second in pairs:
+        a, b = turns.get(first), turns.get(second)
+        if a is None or b is None:
+            continue  # a cell not measured yet
+        both, lost, won = discordant(a, b, lambda x, y: x and not y)
+        _, more, fewer = discordant(per_conv[first], per_conv[second], lambda x, y: x > y)
+        out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
+                   f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
+                   f"{p_value(mcnemar_exact(more, fewer))} |")
+    return "\n".join(out) + "\n"
+
+
 def trace_table(name: str, implicit: str = "") -> str:
     """Top-1 / KL over the whole answer per policy and budget of a trace folder (`trace.csv`)."""
     rows = read_csv(RESULTS / name / "trace.csv")
@@ -711,12 +740,18 @@ def default_stands() -> str:
             lg = cells.get(logit, {}).get(budget) if logit else None
             shown = [v for v in (d, cells[best][budget] if best else None, lg) if v is not None]
 
+            def shown_value(v, j):
+                # the figure as printed, so that equal-looking figures are bold together
+                text = fmt(v)
+                part = text.split(" / ")[j] if len(measures) > 1 else text
+                return float(re.match(r"[\d.]+", part).group())
+
             def cell(v):
                 text = fmt(v)
                 parts = text.split(" / ") if len(measures) > 1 else [text]
-                for j, (mi, up) in enumerate(measures):
-                    top = (max if up else min)(measure(x, mi) for x in shown)
-                    if len(shown) > 1 and measure(v, mi) == top:
+                for j, (_, up) in enumerate(measures):
+                    top = (max if up else min)(shown_value(x, j) for x in shown)
+                    if len(shown) > 1 and shown_value(v, j) == top:
                         parts[j] = f"**{parts[j]}**"
                 return " / ".join(parts)
             base = f"{policy_label(best)} {cell(cells[best][budget])}" if best else "–"
@@ -727,6 +762,10 @@ def default_stands() -> str:
 
 RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
+    "reason-qwen2.5-coder-1.5b-pairs": lambda: reason_pairs("reason-qwen2.5-coder-1.5b", [
+        ((f"beacon/score=prob{k}", b), (p, b)) for b in (256, 384)
+        for k, p in (("/prompt=keep", "beacon/score=prob"), ("", "streaming"), ("", "rkv"), ("/prompt=keep", "streaming"),
+                     ("/prompt=keep", "rkv"))]),
     # run when `beacon` and `recent` scored logits by default
     "trace-qwen2.5-coder-1.5b": lambda: trace_table("trace-qwen2.5-coder-1.5b", "score=logit"),
     "own-trace-prompts": lambda: trace_prompts_table("own-trace-prompts"),
