@@ -711,8 +711,9 @@ def default_stands() -> str:
         ("the same, held-out problems (about 820 tokens back)", own_values("humaneval-own-values-heldout", "heldout"),
          "beacon/score=prob", ["streaming", "recent/score=prob", "rkv"], "beacon/score=logit",
          lambda v: f"{v[0]:.1f}%", [(0, True)]),
-        ("14-turn conversations, Qwen2.5-Coder-1.5B: turns right", reason("reason-qwen2.5-coder-1.5b"),
-         "beacon/score=prob", ["streaming", "random", "rkv", "recent/score=logit"], "beacon/score=logit", share,
+        ("14-turn conversations, Qwen2.5-Coder-1.5B: turns right (the default keeps the first prompt; the "
+         "baselines and logit scores ran with `prompt=inside`)", reason("reason-qwen2.5-coder-1.5b"),
+         "beacon/score=prob/prompt=keep", ["streaming", "random", "rkv", "recent/score=logit"], "beacon/score=logit", share,
          [(None, True)]),
         ("GPL-3, SmolLM2: top-1 / KL", single(eval_cells("smollm2", "agree-1-GPL-3.json", ("top1", "kl"))),
          "beacon", ["streaming", "random", "rkv", "recent", "recent/score=logit"], "beacon/score=logit", two4, top1_kl),
