@@ -712,8 +712,9 @@ def default_stands() -> str:
          "beacon/score=prob", ["streaming", "recent/score=prob", "rkv"], "beacon/score=logit",
          lambda v: f"{v[0]:.1f}%", [(0, True)]),
         ("14-turn conversations, Qwen2.5-Coder-1.5B: turns right (the default keeps the first prompt; the "
-         "baselines and logit scores ran with `prompt=inside`)", reason("reason-qwen2.5-coder-1.5b"),
-         "beacon/score=prob/prompt=keep", ["streaming", "random", "rkv", "recent/score=logit"], "beacon/score=logit", share,
+         "baselines without a `prompt` key and the logit scores ran with `prompt=inside`)",
+         reason("reason-qwen2.5-coder-1.5b"), "beacon/score=prob/prompt=keep",
+         ["streaming", "random", "rkv", "recent/score=logit", "streaming/prompt=keep"], "beacon/score=logit", share,
          [(None, True)]),
         ("GPL-3, SmolLM2: top-1 / KL", single(eval_cells("smollm2", "agree-1-GPL-3.json", ("top1", "kl"))),
          "beacon", ["streaming", "random", "rkv", "recent", "recent/score=logit"], "beacon/score=logit", two4, top1_kl),
@@ -765,8 +766,8 @@ RENDERERS = {
     "reason-qwen2.5-coder-1.5b": lambda: reason_table("reason-qwen2.5-coder-1.5b"),
     "reason-qwen2.5-coder-1.5b-pairs": lambda: reason_pairs("reason-qwen2.5-coder-1.5b", [
         ((f"beacon/score=prob{k}", b), (p, b)) for b in (256, 384)
-        for k, p in (("/prompt=keep", "beacon/score=prob"), ("", "streaming"), ("", "rkv"), ("/prompt=keep", "streaming"),
-                     ("/prompt=keep", "rkv"))]),
+        for k, p in (("/prompt=keep", "beacon/score=prob"), ("", "streaming"), ("", "rkv"),
+                     ("/prompt=keep", "streaming/prompt=keep"), ("/prompt=keep", "streaming"), ("/prompt=keep", "rkv"))]),
     # run when `beacon` and `recent` scored logits by default
     "trace-qwen2.5-coder-1.5b": lambda: trace_table("trace-qwen2.5-coder-1.5b", "score=logit"),
     "own-trace-prompts": lambda: trace_prompts_table("own-trace-prompts"),

@@ -1,7 +1,7 @@
 //! The prompts of the own-trace test: each asks for a long answer that works through many steps
 //! (calculations, programs with their explanation, plans, derivations), so that the later part of
-//! the answer builds on what the model wrote earlier. The first three are the original set; ids
-//! name the results and never change.
+//! the answer builds on what the model wrote earlier. Ids name the result files: a prompt's text
+//! and id never change, new prompts go at the end.
 
 pub const TRACE_PROMPTS: [(&str, &str); 24] = [
     (
