@@ -96,6 +96,18 @@ def reason_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def paired_row(first: tuple, second: tuple, outcome: dict, counts: dict) -> str:
+    """One row of a paired table of two cells (policy, budget): the units (`outcome`: {unit: ok})
+    only one of them gets right with the exact McNemar test, then the units (`counts`: {unit:
+    number}) where each has the larger number with the sign test (exact binomial on the units where
+    the two differ, the same test on a finer outcome)."""
+    both, lost, won = discordant(outcome[first], outcome[second], lambda x, y: x and not y)
+    _, more, fewer = discordant(counts[first], counts[second], lambda x, y: x > y)
+    return (f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
+            f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
+            f"{p_value(mcnemar_exact(more, fewer))} |")
+
+
 def reason_pairs(name: str, pairs: list) -> str:
     """Paired comparisons of a `beaconkv-bench reason` folder, each ((policy, budget), (policy,
     budget)): the turns only one of the two gets right, with the exact McNemar test (turns of one
@@ -113,15 +125,9 @@ def reason_pairs(name: str, pairs: list) -> str:
     out = ["| first | second | budget | turns | only the first gets right | only the second does | exact McNemar | "
            "conversations: the first gets more turns right | the second does | sign test |",
            "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
-    for first, second in pairs:
-        a, b = turns.get(first), turns.get(second)
-        if a is None or b is None:
-            continue  # a cell not measured yet
-        both, lost, won = discordant(a, b, lambda x, y: x and not y)
-        _, more, fewer = discordant(per_conv[first], per_conv[second], lambda x, y: x > y)
-        out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
-                   f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
-                   f"{p_value(mcnemar_exact(more, fewer))} |")
+    # a cell not measured yet has no row
+    out += [paired_row(first, second, turns, per_conv) for first, second in pairs
+            if first in turns and second in turns]
     return "\n".join(out) + "\n"
 
 
@@ -387,17 +393,9 @@ def own_values_pairs(name: str, keys: str, split: str = "tune") -> str:
     out = ["| first | second | budget | requests | only the first writes every value | only the second does | "
            "exact McNemar | the first writes more values | the second does | sign test |",
            "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
-    for first, second in pairs:
-        a, b = outcome.get(first), outcome.get(second)
-        if a is None or b is None:
-            continue  # a cell not measured yet
-        both, lost, won = discordant(a, b, lambda x, y: x and not y)
-        # the sign test on the number of values each request wrote again: exact binomial on the
-        # requests where the two differ, so it is the same test as McNemar on a finer outcome
-        _, more, fewer = discordant(recalled[first], recalled[second], lambda x, y: x > y)
-        out.append(f"| {policy_label(first[0])} | {policy_label(second[0])} | {second[1]} | {len(both)} | {lost} | "
-                   f"{won} | {p_value(mcnemar_exact(lost, won))} | {more} | {fewer} | "
-                   f"{p_value(mcnemar_exact(more, fewer))} |")
+    # a cell not measured yet has no row
+    out += [paired_row(first, second, outcome, recalled) for first, second in pairs
+            if first in outcome and second in outcome]
     return "\n".join(out) + "\n"
 
 

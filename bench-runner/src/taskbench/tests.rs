@@ -399,6 +399,28 @@ fn fake_trace_file(id: &str, configs: &[String], answer: &str) -> Value {
     serde_json::json!({"mode": "trace", "chunk": 4, "prompts": [prompt], "results": rows})
 }
 
+type Calls = Vec<(String, Vec<String>)>;
+
+/// One trace run over `dir` with a stand-in for `beaconkv-eval` whose full cache answers
+/// `answer`: it writes each call's file as the driver's call would; returns the run and its calls
+/// (file stem, configs).
+fn resume(
+    list: &[(&str, &str)],
+    cfgs: &[String],
+    want: TraceWant,
+    dir: &Path,
+    answer: &str,
+) -> (Result<TraceRun, String>, Calls) {
+    let mut calls = Vec::new();
+    let got = run_trace_prompts(list, cfgs, want, dir, |id, _, stem, only| {
+        calls.push((stem.to_string(), only.to_vec()));
+        let v = fake_trace_file(id, only, answer);
+        std::fs::write(dir.join(format!("{stem}.json")), v.to_string()).unwrap();
+        Ok(v)
+    });
+    (got, calls)
+}
+
 #[test]
 fn trace_prompts_resume_from_their_files() {
     let dir = std::env::temp_dir().join(format!("bkv-trace-resume-{}", std::process::id()));
@@ -411,77 +433,37 @@ fn trace_prompts_resume_from_their_files() {
     };
     let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
     let cfgs = s(&["none", "beacon:32", "recent:32"]);
-    // runs one call the way the driver does: the file under the given stem, then its JSON
-    let mut calls: Vec<(String, Vec<String>)> = Vec::new();
-    let fake = |dir: &Path, answer: &'static str| {
-        let dir = dir.to_path_buf();
-        move |id: &str, _: &str, stem: &str, only: &[String]| {
-            let v = fake_trace_file(id, only, answer);
-            std::fs::write(dir.join(format!("{stem}.json")), v.to_string()).unwrap();
-            Ok(v)
-        }
-    };
 
     // prompt p finished in an earlier sitting; q did not
     let p0 = fake_trace_file("p", &cfgs, "answer");
     std::fs::write(dir.join("trace-p.json"), p0.to_string()).unwrap();
-    let run = fake(&dir, "answer");
-    let got = run_trace_prompts(
+    let (got, calls) = resume(
         &[("p", "P"), ("q", "Q")],
         &cfgs,
         want(16, 4),
         &dir,
-        |id, p, stem, only| {
-            calls.push((stem.to_string(), only.to_vec()));
-            run(id, p, stem, only)
-        },
-    )
-    .unwrap();
+        "answer",
+    );
     assert_eq!(calls, vec![("trace-q".to_string(), cfgs.clone())]);
-    check_trace(&got, 2, &cfgs, 16, true).unwrap();
+    check_trace(&got.unwrap(), 2, &cfgs, 16, true).unwrap();
 
     // more configs: only the missing one runs, into the next file, and the rows merge
     let more = s(&["none", "beacon:32", "recent:32", "streaming:32"]);
-    calls.clear();
-    let got = run_trace_prompts(
-        &[("p", "P")],
-        &more,
-        want(16, 4),
-        &dir,
-        |id, p, stem, only| {
-            calls.push((stem.to_string(), only.to_vec()));
-            run(id, p, stem, only)
-        },
-    )
-    .unwrap();
+    let (got, calls) = resume(&[("p", "P")], &more, want(16, 4), &dir, "answer");
     assert_eq!(
         calls,
         vec![("trace-p.1".to_string(), s(&["none", "streaming:32"]))]
     );
+    let got = got.unwrap();
     check_trace(&got, 1, &more, 16, true).unwrap();
     // and a third run reads both files back without running anything
-    calls.clear();
-    let again = run_trace_prompts(
-        &[("p", "P")],
-        &more,
-        want(16, 4),
-        &dir,
-        |id, p, stem, only| {
-            calls.push((stem.to_string(), only.to_vec()));
-            run(id, p, stem, only)
-        },
-    )
-    .unwrap();
+    let (again, calls) = resume(&[("p", "P")], &more, want(16, 4), &dir, "answer");
     assert!(calls.is_empty());
-    assert_eq!(again, got);
+    assert_eq!(again.unwrap(), got);
 
     // files of another trace length or chunk do not count: everything runs again
     for other in [want(32, 4), want(16, 8)] {
-        calls.clear();
-        let _ = run_trace_prompts(&[("p", "P")], &cfgs, other, &dir, |id, p, stem, only| {
-            calls.push((stem.to_string(), only.to_vec()));
-            run(id, p, stem, only)
-        });
+        let (_, calls) = resume(&[("p", "P")], &cfgs, other, &dir, "answer");
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].1, cfgs);
     }
@@ -490,15 +472,8 @@ fn trace_prompts_resume_from_their_files() {
     let dir2 = dir.join("other");
     std::fs::create_dir_all(&dir2).unwrap();
     std::fs::write(dir2.join("trace-p.json"), p0.to_string()).unwrap();
-    let other = fake(&dir2, "another answer");
-    let e = run_trace_prompts(
-        &[("p", "P")],
-        &more,
-        want(16, 4),
-        &dir2,
-        |id, p, stem, only| other(id, p, stem, only),
-    )
-    .unwrap_err();
+    let (got, _) = resume(&[("p", "P")], &more, want(16, 4), &dir2, "another answer");
+    let e = got.unwrap_err();
     assert!(e.contains("differently"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
