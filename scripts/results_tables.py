@@ -308,6 +308,37 @@ def humaneval_cells(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def humaneval_sizing(name: str) -> str:
+    """The full cache's requests of a humaneval folder (tuning problems): per request its functions
+    passed and its lengths, then the mean, and each budget the folder ran as a share of the mean
+    prompt + answer."""
+    rows, budgets = [], set()
+    with open(RESULTS / name / "results.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("split") != "tune":
+                continue
+            if r["policy"] == "none":
+                rows.append(r)
+            else:
+                budgets.add(int(r["budget"]))
+    rows.sort(key=lambda r: int(r["bundle"].split("-")[1]))
+    out = ["| request | functions | passed | prompt tokens | generated tokens | prompt + answer | answer cut |",
+           "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        first, last = (t.split("/")[1] for t in (r["tasks"][0], r["tasks"][-1]))
+        out.append(f"| {r['bundle']} | {first}–{last} | {sum(r['passed'])}/{len(r['passed'])} | {thousands(r['n_prompt'])} | "
+                   f"{thousands(r['n_gen'])} | {thousands(r['n_prompt'] + r['n_gen'])} | {'yes' if r['cut'] else 'no'} |")
+    n = len(rows)
+    mean = sum(r["n_prompt"] + r["n_gen"] for r in rows) / n
+    passed, functions = sum(sum(r["passed"]) for r in rows), sum(len(r["passed"]) for r in rows)
+    out.append(f"| all {n}, mean | | {pct(passed, functions)} | {thousands(sum(r['n_prompt'] for r in rows) / n)} | "
+               f"{thousands(sum(r['n_gen'] for r in rows) / n)} | {thousands(mean)} | {sum(bool(r['cut']) for r in rows)} of {n} |")
+    answer = sum(r["n_gen"] for r in rows) / n
+    shares = "; ".join(f"{b} cells: {100 * b / mean:.0f}% and {100 * b / answer:.0f}%" for b in sorted(budgets))
+    return "\n".join(out) + f"\n\nBudgets run, as a share of the mean prompt + answer and of the mean answer: {shares}.\n"
+
+
 # the request kept whole (up to 1,024 cells) in every compressed cell of humaneval-budgets
 KEEP = "prompt=keep/prompt_max=1024"
 
@@ -646,6 +677,52 @@ def document_questions_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def soak_table(name: str) -> str:
+    """`scripts/soak-server.py --out docs/results/NAME`: each invariant with its checks and failures,
+    then the requests by outcome and the resident-memory figure."""
+    with open(RESULTS / name / "report.json") as f:
+        d = json.load(f)
+    out = [f"{d['minutes']} minutes, budget {d['budget']}, {'every invariant holds' if d['pass'] else 'FAILED'}"
+           + (f" (stopped early: {d['error']})" if d["error"] else "") + ".", "",
+           "| invariant | checks | failures | result |", "| --- | ---: | ---: | --- |"]
+    for r in d["invariants"]:
+        out.append(f"| {r['what']} | {thousands(r['checks'])} | {r['failures']} | {'pass' if r['pass'] else 'FAIL'} |")
+    by_status = OrderedDict()
+    for kind, n in d["requests"].items():
+        status = kind.rsplit(" ", 1)[-1]
+        by_status[status] = by_status.get(status, 0) + n
+    rss = d["figures"].get("rss", {})
+    out += ["", "| requests by status | " + " | ".join(by_status) + " |",
+            "| --- |" + " ---: |" * len(by_status),
+            "| count | " + " | ".join(thousands(n) for n in by_status.values()) + " |"]
+    if rss:
+        out += ["", f"Resident memory less the archives: {rss['adjusted_at_warm_up_mib']} MiB after the "
+                f"{rss['warm_up_s']} s warm-up, at most {rss['adjusted_peak_after_mib']} MiB after it "
+                f"(+{rss['growth_mib']}, bound {rss['bound_mib']})."]
+    return "\n".join(out) + "\n"
+
+
+def upstream_table(name: str) -> str:
+    """`scripts/upstream-server-suite.sh` runs copied into docs/results/NAME/MODE/junit.xml: upstream's
+    server tests per mode, run, passed, failed and skipped."""
+    import xml.etree.ElementTree as ET
+    labels = {"plain": "plain", "compressed": "compressed (`--kv-compress beacon --kv-budget 128`)",
+              "tight": "tight"}
+    out = ["| mode | run | passed | failed | skipped |", "| --- | ---: | ---: | ---: | ---: |"]
+    for mode in labels:
+        path = RESULTS / name / mode / "junit.xml"
+        if not path.exists():
+            continue
+        suites = ET.parse(path).getroot()
+        suites = [suites] if suites.tag == "testsuite" else list(suites)
+        total = sum(int(s.get("tests")) for s in suites)
+        skipped = sum(int(s.get("skipped")) for s in suites)
+        failed = sum(int(s.get("failures")) + int(s.get("errors")) for s in suites)
+        run = total - skipped
+        out.append(f"| {labels[mode]} | {run} | {run - failed} | {failed} | {skipped} |")
+    return "\n".join(out) + "\n"
+
+
 def default_stands() -> str:
     """Every budget of every quality run, the default against the best baseline of that run and the
     method's logit scores, read from the runs' own files; bold: the best of the three per measure."""
@@ -772,6 +849,7 @@ RENDERERS = {
     "own-trace-prompts-pairs": lambda: trace_prompts_pairs("own-trace-prompts", [
         ("beacon", other) for other in ("beacon/prompt=inside", "streaming", "rkv", "recent/score=prob")]),
     "humaneval-prompt-policy": lambda: humaneval_table("humaneval-prompt-policy"),
+    "humaneval-sizing": lambda: humaneval_sizing("humaneval-budgets"),
     "humaneval-budgets": lambda: humaneval_cells("humaneval-budgets"),
     "humaneval-budgets-pairs": budgets_pairs,
     "humaneval-own-values": lambda: own_values_table("humaneval-own-values"),
@@ -793,6 +871,8 @@ RENDERERS = {
     "document-questions": lambda: document_questions_table("document-questions"),
     "rpc": lambda: rpc_table("rpc"),
     "where-the-default-stands": default_stands,
+    "soak": lambda: soak_table("soak"),
+    "upstream-server": lambda: upstream_table("upstream-server"),
     "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
 
