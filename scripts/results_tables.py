@@ -299,12 +299,21 @@ def humaneval_cells(name: str) -> str:
             c["bundles"] += 1
             c["cut"] += bool(r["cut"])
             c["gen"] += r["n_gen"]
-    out = ["| policy | budget | requests answered | pass@1 | answers cut | generated tokens per answer |",
-           "| --- | ---: | ---: | --- | ---: | ---: |"]
+    cpu = {}  # (policy, budget): [CPU seconds, requests] over the runs that logged their CPU time
+    with open(RESULTS / name / "runs.jsonl") as f:
+        for line in f:
+            r = json.loads(line)
+            c = cpu.setdefault((r["policy"], int(r["budget"])), [0.0, 0])
+            c[0] += r["cpu_s"]
+            c[1] += len([b for b in r["bundles"] if b.startswith("tune-")])
+    out = ["| policy | budget | requests answered | pass@1 | answers cut | generated tokens per answer | CPU s per request |",
+           "| --- | ---: | ---: | --- | ---: | ---: | ---: |"]
     for (policy, budget), c in cells.items():
         b = "–" if policy == "none" else str(budget)
+        seconds, timed = cpu.get((policy, budget), (0.0, 0))
+        per = "–" if not timed else f"{seconds / timed:.0f}" + ("" if timed == c["bundles"] else f" ({timed} timed)")
         out.append(f"| {policy_label(policy)} | {b} | {c['bundles']} of {len(requests)} | {pct(c['passed'], c['n'])} | "
-                   f"{c['cut']} | {thousands(c['gen'] / c['bundles'])} |")
+                   f"{c['cut']} | {thousands(c['gen'] / c['bundles'])} | {per} |")
     return "\n".join(out) + "\n"
 
 
@@ -723,6 +732,17 @@ def upstream_table(name: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def demo_block(name: str, table_only: bool = False) -> str:
+    """`make demo`'s printed summary, copied from build/demo/summary.txt into docs/results/NAME; with
+    `table_only`, its heading and table lines up to the eviction count."""
+    text = (RESULTS / name / "summary.txt").read_text()
+    if table_only:
+        lines = text.splitlines()
+        end = next(i for i, line in enumerate(lines) if line.startswith("evicted "))
+        text = "\n".join(lines[:end + 1]) + "\n"
+    return "```\n" + text + "```\n"
+
+
 def default_stands() -> str:
     """Every budget of every quality run, the default against the best baseline of that run and the
     method's logit scores, read from the runs' own files; bold: the best of the three per measure."""
@@ -747,6 +767,12 @@ def default_stands() -> str:
             c[1] += r["own"]["asked"]
         return {p: {b: (100 * k / n,) for b, (k, n) in by.items()} for p, by in cells.items()}
 
+    def humaneval(name):
+        cells = {}
+        for (p, b), v in humaneval_passed(name).items():
+            cells.setdefault(p.replace(f"/{KEEP}", ""), {})[b] = (sum(v.values()), len(v))
+        return cells
+
     def reason(name):
         cells = {}
         for r in read_csv(RESULTS / name / "accuracy.csv"):
@@ -770,6 +796,8 @@ def default_stands() -> str:
     def single(cells):
         return {p: {b: v[0] for b, v in by.items()} for p, by in cells.items()}
 
+    full = humaneval_passed("humaneval-budgets")[("none", 0)]
+    humaneval_full = sum(full.values()) / len(full)
     two = lambda v: f"{v[0]:.3f} / {v[1]:.3f}"  # noqa: E731
     two4 = lambda v: f"{v[0]:.3f} / {v[1]:.4f}"  # noqa: E731
     share = lambda v: pct(*v)  # noqa: E731
@@ -786,6 +814,10 @@ def default_stands() -> str:
         ("the same, held-out problems (about 820 tokens back)", own_values("humaneval-own-values-heldout", "heldout"),
          "beacon/score=prob", ["streaming", "recent/score=prob", "rkv"], "beacon/score=logit",
          lambda v: f"{v[0]:.1f}%", [(0, True)]),
+        ("HumanEval, eight functions per answer, request kept, Qwen2.5-Coder-1.5B: pass@1 (full cache "
+         f"{humaneval_full:.0%})",
+         humaneval("humaneval-budgets"), "beacon/score=prob", ["streaming", "rkv", "recent/score=prob"],
+         "beacon/score=logit", share, [(None, True)]),
         ("14-turn conversations, Qwen2.5-Coder-1.5B: turns right (the default keeps the first prompt; the "
          "baselines without a `prompt` key and the logit scores ran with `prompt=inside`)",
          reason("reason-qwen2.5-coder-1.5b"), "beacon/score=prob/prompt=keep",
@@ -872,6 +904,8 @@ RENDERERS = {
     "rpc": lambda: rpc_table("rpc"),
     "where-the-default-stands": default_stands,
     "soak": lambda: soak_table("soak"),
+    "demo": lambda: demo_block("demo"),
+    "demo-table": lambda: demo_block("demo", table_only=True),
     "upstream-server": lambda: upstream_table("upstream-server"),
     "rpc-scoring-paths": lambda: scoring_paths_table("rpc"),
 }
