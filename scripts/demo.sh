@@ -27,8 +27,10 @@ echo " [...]"
 echo
 echo "== the same generation with the full KV cache (build/demo/full.txt) =="
 run full "$@" > "$OUT/full.txt"
+echo
 
-python3 - "$OUT/beacon.log" "$OUT/full.log" "$BUDGET" <<'PY'
+# the summary also goes to $OUT/summary.txt (docs/results/demo/ holds a copy that docs/results.md renders)
+python3 - "$OUT/beacon.log" "$OUT/full.log" "$BUDGET" <<'PY' | tee "$OUT/summary.txt"
 import re, sys
 
 def facts(path):
@@ -43,7 +45,7 @@ def facts(path):
 
 b, f = facts(sys.argv[1]), facts(sys.argv[2])
 s = b["summary"]
-print("\n== BeaconKV summary (llama-completion, %d generated tokens) ==" % b["tokens"])
+print("== BeaconKV summary (llama-completion, %d generated tokens) ==" % b["tokens"])
 print(f"{'':22}{'beacon, budget ' + sys.argv[3]:>22}{'full cache':>14}")
 print(f"{'KV cells allocated':22}{b['cells']:>22}{f['cells']:>14}")
 print(f"{'KV memory (MiB)':22}{b['kv_mib']:>22.1f}{f['kv_mib']:>14.1f}")
