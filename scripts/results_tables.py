@@ -691,7 +691,7 @@ def soak_table(name: str) -> str:
     then the requests by outcome and the resident-memory figure."""
     with open(RESULTS / name / "report.json") as f:
         d = json.load(f)
-    out = [f"{d['minutes']} minutes, budget {d['budget']}, {'every invariant holds' if d['pass'] else 'FAILED'}"
+    out = [f"{d['minutes']:g} minutes, budget {d['budget']}, {'every invariant holds' if d['pass'] else 'FAILED'}"
            + (f" (stopped early: {d['error']})" if d["error"] else "") + ".", "",
            "| invariant | checks | failures | result |", "| --- | ---: | ---: | --- |"]
     for r in d["invariants"]:
