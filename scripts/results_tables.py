@@ -687,8 +687,9 @@ def document_questions_table(name: str) -> str:
 
 
 def soak_table(name: str) -> str:
-    """`scripts/soak-server.py --out docs/results/NAME`: each invariant with its checks and failures,
-    then the requests by outcome and the resident-memory figure."""
+    """A `scripts/soak-server.py` report (report.json, copied from its --out folder into
+    docs/results/NAME): each invariant with its checks and failures, then the requests by status and
+    the resident-memory figure."""
     with open(RESULTS / name / "report.json") as f:
         d = json.load(f)
     out = [f"{d['minutes']:g} minutes, budget {d['budget']}, {'every invariant holds' if d['pass'] else 'FAILED'}"
@@ -716,7 +717,7 @@ def upstream_table(name: str) -> str:
     server tests per mode, run, passed, failed and skipped."""
     import xml.etree.ElementTree as ET
     labels = {"plain": "plain", "compressed": "compressed (`--kv-compress beacon --kv-budget 128`)",
-              "tight": "tight"}
+              "tight": "tight (`--kv-budget 48 --kv-window 16`)"}
     out = ["| mode | run | passed | failed | skipped |", "| --- | ---: | ---: | ---: | ---: |"]
     for mode in labels:
         path = RESULTS / name / mode / "junit.xml"
