@@ -108,6 +108,15 @@ def paired_row(first: tuple, second: tuple, outcome: dict, counts: dict) -> str:
             f"{p_value(mcnemar_exact(more, fewer))} |")
 
 
+def paired_table(columns: str, pairs: list, outcome: dict, counts: dict) -> str:
+    """A table of `paired_row`s under `columns` (the seven after first, second and budget); a pair
+    with a cell not measured yet has no row."""
+    out = [f"| first | second | budget | {columns} |", "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
+    out += [paired_row(first, second, outcome, counts) for first, second in pairs
+            if first in outcome and second in outcome]
+    return "\n".join(out) + "\n"
+
+
 def reason_pairs(name: str, pairs: list) -> str:
     """Paired comparisons of a `beaconkv-bench reason` folder, each ((policy, budget), (policy,
     budget)): the turns only one of the two gets right, with the exact McNemar test (turns of one
@@ -122,13 +131,9 @@ def reason_pairs(name: str, pairs: list) -> str:
             cell = turns.setdefault(key, {})
             cell.update({(r["conversation"], i): ok for i, ok in enumerate(right)})
             per_conv.setdefault(key, {})[r["conversation"]] = sum(right)
-    out = ["| first | second | budget | turns | only the first gets right | only the second does | exact McNemar | "
-           "conversations: the first gets more turns right | the second does | sign test |",
-           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
-    # a cell not measured yet has no row
-    out += [paired_row(first, second, turns, per_conv) for first, second in pairs
-            if first in turns and second in turns]
-    return "\n".join(out) + "\n"
+    return paired_table("turns | only the first gets right | only the second does | exact McNemar | "
+                        "conversations: the first gets more turns right | the second does | sign test",
+                        pairs, turns, per_conv)
 
 
 def trace_table(name: str, implicit: str = "") -> str:
@@ -430,13 +435,9 @@ def own_values_pairs(name: str, keys: str, split: str = "tune") -> str:
         pairs.append((cell("beacon/score=prob"), cell("beacon+archive/score=prob")))
         for n in (8, 32):
             pairs.append((cell("beacon/score=prob"), (f"beacon/score=prob/{keys}/beacons={n}", budget)))
-    out = ["| first | second | budget | requests | only the first writes every value | only the second does | "
-           "exact McNemar | the first writes more values | the second does | sign test |",
-           "| --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
-    # a cell not measured yet has no row
-    out += [paired_row(first, second, outcome, recalled) for first, second in pairs
-            if first in outcome and second in outcome]
-    return "\n".join(out) + "\n"
+    return paired_table("requests | only the first writes every value | only the second does | "
+                        "exact McNemar | the first writes more values | the second does | sign test",
+                        pairs, outcome, recalled)
 
 
 def eval_doc(name: str, file: str) -> dict:
